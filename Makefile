@@ -1,0 +1,30 @@
+# Two commands do all the set-up: `make up` (run the twin) and `make test` (the suite).
+# Each bootstraps .venv when it is missing or older than pyproject.toml.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: up test lint bench clean venv
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/python -m services.proto_build
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+up: $(STAMP)
+	$(BIN)/rackserve up $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m services.proto_build
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check rackserve services tests bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,161 @@
+"""One typed config for a whole deployment: YAML file + `RACKSERVE_<SECTION>__<FIELD>` env overrides.
+
+Every section is a pydantic model that forbids unknown fields, so a typo fails at load with a
+message naming the field. No other module reads environment variables.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ENV_PREFIX = "RACKSERVE_"
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineSection(Section):
+    """The small MoE model the workers really execute, and its paged KV."""
+
+    model_id: str = "rackserve-moe-small"
+    seed: int = 0
+    block_size: int = Field(16, gt=0, description="tokens per KV block")
+    max_context: int = Field(4096, gt=0, description="longest prompt + output, in tokens")
+    cache_blocks_per_rank: int = Field(4096, gt=0, description="HBM block cache per rank (small model)")
+    prefill_chunk_tokens: int = Field(512, gt=0)
+    max_batch_seqs: int = Field(64, gt=0)
+
+
+class TimingSection(Section):
+    """The cost model: which target GPU, model and kernel optimizations to charge."""
+
+    hardware: str = "vr200"
+    model: str = "deepseek-v4.1-flash"
+    optimizations: str = Field("rubin-optimized", description="preset name or comma-separated switches")
+    target_block_tokens: int = Field(64, gt=0, description="KV block size of the target deployment")
+
+
+class InstanceGroup(Section):
+    layout: Literal["dep2", "wide-ep", "tp8"]
+    count: int = Field(1, ge=0)
+    ranks: int | None = Field(None, gt=0, description="ranks per instance (wide-ep); fixed for dep2/tp8")
+
+    @model_validator(mode="after")
+    def _ranks_match_layout(self) -> InstanceGroup:
+        fixed = {"dep2": 2, "tp8": 8}
+        if self.layout in fixed and self.ranks not in (None, fixed[self.layout]):
+            raise ValueError(f"ranks: {self.layout} has {fixed[self.layout]} ranks, got {self.ranks}")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return {"dep2": 2, "tp8": 8}.get(self.layout, self.ranks or 8)
+
+    @property
+    def dp_ranks(self) -> int:
+        """Data-parallel ranks that hold their own batch and KV (tp8 is one rank of 8 GPUs)."""
+        if self.layout == "tp8":
+            return 1
+        return self.gpus
+
+
+class DeploymentSection(Section):
+    prefill: list[InstanceGroup] = Field(default_factory=lambda: [InstanceGroup(layout="dep2")])
+    decode: list[InstanceGroup] = Field(
+        default_factory=lambda: [InstanceGroup(layout="wide-ep", ranks=4), InstanceGroup(layout="tp8")]
+    )
+
+
+class PoolSection(Section):
+    """Mooncake-style KV pool: target capacities (bytes of the emulated rack) and a real Redis budget."""
+
+    hbm_capacity_bytes: int = Field(2 * 1024**4, ge=0, description="spare HBM across the rack")
+    dram_capacity_bytes: int = Field(16 * 1024**4, ge=0, description="host DRAM across the rack")
+    redis_budget_bytes: int = Field(2 * 1024**3, gt=0, description="actual bytes allowed in Redis")
+    high_watermark: float = Field(0.95, gt=0, le=1)
+    low_watermark: float = Field(0.85, gt=0, le=1)
+    lease_s: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _watermarks_ordered(self) -> PoolSection:
+        if self.low_watermark >= self.high_watermark:
+            raise ValueError("low_watermark must be below high_watermark")
+        return self
+
+
+class EngramSection(Section):
+    shards: int = Field(4, gt=0)
+    table_rows: int = Field(1 << 16, gt=0, description="rows per table of the small model")
+
+
+class RoutingSection(Section):
+    policy: str = "least-uncached-work"
+    seed: int = 0
+
+
+class ClusterSection(Section):
+    """Where the live services listen and how fast the twin's clock runs."""
+
+    host: str = "127.0.0.1"
+    http_port: int = Field(8000, ge=0, le=65535)
+    time_scale: float = Field(1.0, ge=0, description="wall seconds per simulated second; 0 = unpaced")
+    redis_url: str | None = Field(None, description="external Redis; None starts an embedded one")
+    ray_address: str | None = None
+    prometheus: bool = True
+
+
+class Config(Section):
+    engine: EngineSection = EngineSection()
+    timing: TimingSection = TimingSection()
+    deployment: DeploymentSection = DeploymentSection()
+    pool: PoolSection = PoolSection()
+    engram: EngramSection = EngramSection()
+    routing: RoutingSection = RoutingSection()
+    cluster: ClusterSection = ClusterSection()
+    workload: dict[str, Any] = Field(default_factory=dict, description="workload spec (see rackserve.workload)")
+
+
+def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
+    """`RACKSERVE_CLUSTER__TIME_SCALE=0` -> {"cluster": {"time_scale": 0}} (values parsed as YAML)."""
+    out: dict[str, Any] = {}
+    for key, raw in environ.items():
+        if not key.startswith(ENV_PREFIX) or "__" not in key:
+            continue
+        path = key[len(ENV_PREFIX) :].lower().split("__")
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = yaml.safe_load(raw)
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_config(path: str | Path | None = None, environ: dict[str, str] | None = None) -> Config:
+    """Load YAML (if given), apply env overrides, validate. Raises ValueError naming the bad field."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        text = Path(path).read_text()
+        data = yaml.safe_load(text) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    data = _merge(data, _env_overrides(dict(os.environ if environ is None else environ)))
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"invalid config{f' {path}' if path else ''}: {problems}") from None
