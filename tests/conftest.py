@@ -8,3 +8,31 @@ import os
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+# --- Redis (issue 4): one embedded server per session, shared by every integration test. ---
+import pytest  # noqa: E402
+
+from services.redis_server import RedisServer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def redis_process():
+    """The session's RedisServer object: `.url`, `.port`, `.restart_empty()` (same port, no data)."""
+    server = RedisServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(redis_process) -> str:
+    """URL of the session's real Redis server (redis://127.0.0.1:PORT/0). Use your own key prefix."""
+    return redis_process.url
+
+
+@pytest.fixture
+def private_redis():
+    """A Redis server of this test alone (for fault tests that kill/restart it): `.restart_empty()`."""
+    server = RedisServer().start()
+    yield server
+    server.stop()

