@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
-	$(BIN)/python -m services.proto_build
+	$(BIN)/python -c 'import services.proto_build as p; p.build()'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -20,7 +20,6 @@ up: $(STAMP)
 	$(BIN)/rackserve up $(ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m services.proto_build
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
