@@ -1,0 +1,1 @@
+"""The small MoE model the workers really execute: tokenizer, config, weights, forward, sampling."""
