@@ -1,0 +1,1 @@
+"""Workloads: Mooncake JSONL traces and AgentX-like agentic sessions, as streams of Requests."""

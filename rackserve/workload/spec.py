@@ -1,0 +1,88 @@
+"""The scenario file's `workload` section: a validated pydantic model per workload kind.
+
+`parse_workload(dict)` raises ValueError naming the bad field (e.g. "workload.concurrency: ...").
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MooncakeWorkload(_Spec):
+    """Replay a Mooncake JSONL trace (open loop: arrivals at the trace's timestamps)."""
+
+    kind: Literal["mooncake"]
+    trace: str = Field(description="path to the JSONL trace")
+    limit: int | None = Field(None, gt=0, description="use only the first N records")
+    time_scale: float = Field(1.0, gt=0, description="multiplies inter-arrival times")
+
+
+class AgentXWorkload(_Spec):
+    """AgentX-like agentic sessions: `concurrency` lanes, each running multi-turn sessions back to back."""
+
+    kind: Literal["agentx"]
+    seed: int = 0
+    concurrency: int = Field(gt=0, description="live session lanes")
+    sessions: int = Field(gt=0, description="sessions to run in total (lanes pick the next when one ends)")
+    duration_s: float | None = Field(None, gt=0, description="no new turn starts after this simulated time")
+    start_stagger_s: float = Field(10.0, ge=0, description="lanes start uniformly over this window")
+    system_prompt_tokens: int = Field(6000, ge=0)
+    tool_defs_tokens: int = Field(4000, ge=0)
+    system_prompt_variants: int = Field(1, gt=0, description="distinct system prompts across sessions")
+    first_user_tokens: int = Field(800, gt=0)
+    turns_min: int = Field(8, gt=0)
+    turns_max: int = Field(30, gt=0)
+    tool_output_tokens_min: int = Field(100, gt=0)
+    tool_output_tokens_max: int = Field(3000, gt=0)
+    output_tokens: int = Field(400, gt=0, description="fixed output length of every turn")
+    think_time_mean_s: float = Field(2.0, ge=0, description="exponential think time between turns")
+    subagent_probability: float = Field(0.1, ge=0, le=1, description="chance a turn spawns a subagent")
+    subagent_turns_min: int = Field(2, gt=0)
+    subagent_turns_max: int = Field(6, gt=0)
+    subagent_task_tokens: int = Field(300, gt=0)
+
+    @model_validator(mode="after")
+    def _ranges(self) -> AgentXWorkload:
+        for lo, hi in (("turns_min", "turns_max"), ("tool_output_tokens_min", "tool_output_tokens_max"),
+                       ("subagent_turns_min", "subagent_turns_max")):
+            if getattr(self, lo) > getattr(self, hi):
+                raise ValueError(f"{lo} must be <= {hi}")
+        return self
+
+
+class UniformWorkload(_Spec):
+    """Closed loop of identical-shape requests (e.g. batch-1 latency): `concurrency` lanes."""
+
+    kind: Literal["uniform"]
+    seed: int = 0
+    concurrency: int = Field(1, gt=0)
+    requests: int = Field(gt=0)
+    prompt_tokens: int = Field(gt=0)
+    output_tokens: int = Field(gt=0)
+    shared_prefix_tokens: int = Field(0, ge=0, description="prefix common to every prompt")
+
+
+WorkloadSpec = Annotated[MooncakeWorkload | AgentXWorkload | UniformWorkload, Field(discriminator="kind")]
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(WorkloadSpec)
+
+
+def parse_workload(data: dict[str, Any]) -> MooncakeWorkload | AgentXWorkload | UniformWorkload:
+    """Validate a scenario's workload dict; ValueError names the field ("workload.<field>: ...")."""
+    if not isinstance(data, dict) or "kind" not in data:
+        raise ValueError("workload.kind: required (one of mooncake, agentx, uniform)")
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = [str(p) for p in err["loc"][1:]]  # drop the union tag
+            if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+                loc = ["kind"]
+            problems.append(f"workload{'.' + '.'.join(loc) if loc else ''}: {err['msg']}")
+        raise ValueError("; ".join(problems)) from None
