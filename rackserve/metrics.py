@@ -263,12 +263,8 @@ class RankMetrics:
         self.instance_gpus = Gauge(
             "rackserve_instance_gpus", "GPUs of the emulated instance", il, registry=r
         )
-        self.tokens_per_gpu = Gauge(
-            "rackserve_instance_tokens_per_gpu_per_second",
-            "Simulated tokens/s per GPU over the last window",
-            il,
-            registry=r,
-        )
+        # Simulated tokens/s per GPU is derived in PromQL (see deploy/grafana):
+        #   rate(rackserve_instance_tokens_total[1m]) * rackserve_time_scale / rackserve_instance_gpus
 
     def record_step(self, rank: RankKey, busy_s: float, idle_s: float, batch_size: int) -> None:
         """One lockstep step of one rank: it computed busy_s and waited idle_s (simulated)."""
@@ -278,6 +274,21 @@ class RankMetrics:
         self.steps.labels(**labels).inc()
         self.batch_size.labels(**labels).set(batch_size)
         self.batch_size_hist.labels(role=rank.role).observe(batch_size)
+
+    def declare_instance(self, instance: str, role: str, gpus: int) -> None:
+        """Once at start: how many GPUs an instance emulates (the per-GPU throughput divisor)."""
+        if role not in ROLES:
+            raise ValueError(f"role: expected one of {ROLES}, got {role!r}")
+        self.instance_gpus.labels(instance=instance, role=role).set(gpus)
+
+    def record_instance_tokens(
+        self, instance: str, role: str, tokens_by_kind: dict[str, int]
+    ) -> None:
+        """Tokens an instance processed in one step, by kind (cached, uncached, output)."""
+        for kind, n in tokens_by_kind.items():
+            if kind not in TOKEN_KINDS:
+                raise ValueError(f"kind: expected one of {TOKEN_KINDS}, got {kind!r}")
+            self.instance_tokens.labels(instance=instance, role=role, kind=kind).inc(n)
 
     def record_pacing(self, rank: RankKey, lag_wall_s: float) -> None:
         if lag_wall_s <= 0:

@@ -168,3 +168,16 @@ def test_registries_are_per_process_objects():
 def test_bad_label_values_raise_value_error(bad):
     with pytest.raises(ValueError):
         bad()
+
+
+def test_instance_gpus_and_tokens_by_kind():
+    m = ProcessMetrics(MODEL)
+    m.ranks.declare_instance("decode-wide-ep-0", "decode", 4)
+    m.ranks.record_instance_tokens("decode-wide-ep-0", "decode", {"output": 7})
+    m.ranks.record_instance_tokens("decode-wide-ep-0", "decode", {"output": 5})
+    s = _samples(m)
+    il = {"instance": "decode-wide-ep-0", "role": "decode"}
+    assert s[("rackserve_instance_gpus", frozenset(il.items()))] == 4
+    assert s[("rackserve_instance_tokens_total", frozenset({**il, "kind": "output"}.items()))] == 12
+    with pytest.raises(ValueError):
+        m.ranks.record_instance_tokens("decode-wide-ep-0", "decode", {"input": 1})
