@@ -1,0 +1,47 @@
+"""Routing: the prefix index fed by KV events, the policies over a cluster view, decode placement.
+
+Entry point for the simulator and the live router: `Router(make_policy(name, PolicySettings(cost=...)))`
+then `router.index.apply(event)` per KV event and `router.route(request_view, cluster_view)`.
+"""
+
+from rackserve.routing.cost import CostModel
+from rackserve.routing.decode import place_decode
+from rackserve.routing.index import IndexSnapshot, PrefixIndex, PrefixMatch
+from rackserve.routing.policy import Policy, PolicySettings, make_policy, policy_names, register
+from rackserve.routing.records import DecisionRecord, DecisionRecorder, HitRateStats
+from rackserve.routing.router import Router
+from rackserve.routing.view import (
+    ClusterView,
+    Decision,
+    NoRankAvailable,
+    PrefixHit,
+    RankKey,
+    RankState,
+    RequestView,
+    Scored,
+)
+
+__all__ = [
+    "ClusterView",
+    "CostModel",
+    "Decision",
+    "DecisionRecord",
+    "DecisionRecorder",
+    "HitRateStats",
+    "IndexSnapshot",
+    "NoRankAvailable",
+    "Policy",
+    "PolicySettings",
+    "PrefixHit",
+    "PrefixIndex",
+    "PrefixMatch",
+    "RankKey",
+    "RankState",
+    "RequestView",
+    "Router",
+    "Scored",
+    "make_policy",
+    "place_decode",
+    "policy_names",
+    "register",
+]

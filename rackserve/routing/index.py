@@ -1,0 +1,280 @@
+"""Which (instance, DP rank) HBM cache and which pool tier holds which KV block, fed by KV events.
+
+Block hashes are chained (rackserve.kv.block_hash): a hash names its whole prefix, so a flat map
+hash -> holders is a prefix index without a tree; a request's match walks its own chain until the
+first miss. Holders are bits of a Python int, so "who holds block i" is one dict lookup, the
+per-rank prefix lengths are one cumulative AND over the request's chain (run in C by
+itertools.accumulate), and a 24-rank cluster costs no per-rank work per block.
+
+Per-publisher sequence numbers: a gap marks that publisher stale (its entries are kept but not
+trusted) until a `cleared` event or `resync` rebuilds it; events at or below the last seen
+number are duplicates and ignored, so replaying a stream rebuilds the identical index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate, repeat
+from operator import and_
+
+from rackserve.kv.events import KVEvent, Publisher, Tier
+from rackserve.routing.view import PrefixHit, RankKey
+
+_POOL_IN_HBM = 1  # pool flag bits: block is in some trusted spare-HBM pool holder
+_POOL_IN_DRAM = 2  # ... in some trusted DRAM pool holder
+_CHUNK = 32  # blocks looked up per C-level map() call while searching for the first miss
+
+HolderKey = tuple[Publisher, Tier]
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixMatch:
+    """A request's cached prefix per rank: HBM blocks per rank, pool blocks per starting block.
+
+    rank_blocks: leading blocks of the request in each rank's HBM (ranks with none are absent).
+    pool_runs: start block -> (pool_hbm_blocks, pool_dram_blocks) of the contiguous run of pool
+      blocks from `start`; holds every start any rank needs (0 and each rank's HBM length).
+    """
+
+    block_size: int
+    prompt_tokens: int
+    rank_blocks: dict[RankKey, int] = field(default_factory=dict)
+    pool_runs: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def hbm_blocks(self, key: RankKey) -> int:
+        return self.rank_blocks.get(key, 0)
+
+    def hit(self, key: RankKey) -> PrefixHit:
+        """Cached tokens by tier if the request runs on rank `key`, capped at prompt - 1 tokens
+        (the last prompt token is always computed)."""
+        hbm = self.rank_blocks.get(key, 0)
+        pool_hbm, pool_dram = self.pool_runs.get(hbm, (0, 0))
+        room = max(0, self.prompt_tokens - 1)
+        bs = self.block_size
+        t_hbm = min(hbm * bs, room)
+        t_phbm = min(pool_hbm * bs, room - t_hbm)
+        t_pdram = min(pool_dram * bs, room - t_hbm - t_phbm)
+        return PrefixHit(t_hbm, t_phbm, t_pdram)
+
+
+@dataclass(frozen=True)
+class IndexSnapshot:
+    """Comparable contents of an index: blocks per holder, stale holders, last sequence numbers."""
+
+    blocks: dict[tuple[str, int, str], frozenset[int]]
+    stale: frozenset[tuple[str, int, str]]
+    seqs: dict[tuple[str, int], int]
+
+
+class PrefixIndex:
+    """The router's view of where KV blocks live, kept current by `apply(event)`."""
+
+    def __init__(self) -> None:
+        self._bit_of: dict[HolderKey, int] = {}
+        self._holders: list[HolderKey] = []
+        self._contents: list[set[int]] = []
+        self._rank_key: dict[int, RankKey] = {}  # bit -> rank, for rank_hbm holders
+        self._rank: dict[int, int] = {}  # hash -> bits of rank_hbm holders (stale ones included)
+        self._pool_mask: dict[int, int] = {}  # hash -> bits of pool holders (stale ones included)
+        self._pool: dict[int, int] = {}  # hash -> _POOL_IN_* flags over trusted pool holders
+        self._pool_bits = {"pool_hbm": 0, "pool_dram": 0}
+        self._stale: set[HolderKey] = set()
+        self._stale_bits = 0
+        self._tiers_of: dict[Publisher, set[Tier]] = {}
+        self._seq: dict[Publisher, int] = {}
+
+    # ---- events -------------------------------------------------------------------------------
+    def apply(self, event: KVEvent) -> bool:
+        """Apply one event; False when it is a duplicate (seq at or below the last seen)."""
+        pub = event.publisher
+        last = self._seq.get(pub, 0)
+        if event.seq <= last:
+            return False
+        self._tiers_of.setdefault(pub, set()).add(event.tier)
+        if event.seq != last + 1:
+            self._mark_stale(pub)
+        self._seq[pub] = event.seq
+        if event.kind == "stored":
+            self._store(self._bit(pub, event.tier), event.block_hashes)
+        elif event.kind == "removed":
+            self._remove(self._bit(pub, event.tier), event.block_hashes)
+        else:
+            self._reset(pub, event.tier, ())
+        return True
+
+    def apply_all(self, events: Iterable[KVEvent]) -> int:
+        """Apply events in order; returns how many were new."""
+        return sum(self.apply(e) for e in events)
+
+    def resync(
+        self, publisher: Publisher, tier: Tier, block_hashes: Iterable[int], seq: int
+    ) -> None:
+        """Replace `publisher`'s view of `tier` by a snapshot taken at sequence number `seq`."""
+        if seq < 0:
+            raise ValueError(f"seq must be >= 0, got {seq}")
+        self._tiers_of.setdefault(publisher, set()).add(tier)
+        self._reset(publisher, tier, tuple(block_hashes))
+        self._seq[publisher] = seq
+
+    def is_stale(self, publisher: Publisher) -> bool:
+        return any((publisher, t) in self._stale for t in self._tiers_of.get(publisher, ()))
+
+    def stale_publishers(self) -> frozenset[Publisher]:
+        return frozenset(p for p, _ in self._stale)
+
+    def last_seq(self, publisher: Publisher) -> int:
+        return self._seq.get(publisher, 0)
+
+    def blocks(self, publisher: Publisher, tier: Tier) -> frozenset[int]:
+        bit = self._bit_of.get((publisher, tier))
+        return frozenset() if bit is None else frozenset(self._contents[bit])
+
+    def __len__(self) -> int:
+        """Indexed (holder, block) entries."""
+        return sum(len(c) for c in self._contents)
+
+    def snapshot(self) -> IndexSnapshot:
+        def name(key: HolderKey) -> tuple[str, int, str]:
+            return (key[0].instance, key[0].dp_rank, key[1])
+
+        blocks = {
+            name(k): frozenset(c) for k, c in zip(self._holders, self._contents, strict=True) if c
+        }
+        seqs = {(p.instance, p.dp_rank): s for p, s in self._seq.items()}
+        return IndexSnapshot(blocks, frozenset(name(k) for k in self._stale), seqs)
+
+    # ---- lookup -------------------------------------------------------------------------------
+    def match(
+        self, block_hashes: Sequence[int], block_size: int, prompt_tokens: int
+    ) -> PrefixMatch:
+        """Cached prefix of a request (its chained block hashes) on every rank and in the pool."""
+        rank_blocks = self._rank_prefixes(block_hashes)
+        starts = {0, *rank_blocks.values()}
+        return PrefixMatch(
+            block_size, prompt_tokens, rank_blocks, self._pool_runs(block_hashes, starts)
+        )
+
+    def _rank_prefixes(self, hashes: Sequence[int]) -> dict[RankKey, int]:
+        masks = _until_miss(self._rank.get, hashes, 0)
+        if not masks:
+            return {}
+        # cum[i] has bit b iff holder b holds blocks 0..i: non-increasing, few distinct values.
+        cum = list(accumulate(masks, and_))
+        values = list(dict.fromkeys(cum))
+        trusted = ~self._stale_bits
+        out: dict[RankKey, int] = {}
+        for j, value in enumerate(values):
+            last = j + 1 == len(values)
+            nxt = 0 if last else values[j + 1]
+            end = len(cum) if last else cum.index(nxt)
+            dropped = value & ~nxt & trusted
+            while dropped:
+                low = dropped & -dropped
+                out[self._rank_key[low.bit_length() - 1]] = end
+                dropped ^= low
+        return out
+
+    def _pool_runs(self, hashes: Sequence[int], starts: set[int]) -> dict[int, tuple[int, int]]:
+        get = self._pool.get
+        first = _until_miss(get, hashes, 0)
+        out: dict[int, tuple[int, int]] = {}
+        for s in starts:
+            run = first[s:] if s < len(first) else _until_miss(get, hashes, s)
+            dram_only = run.count(_POOL_IN_DRAM)
+            out[s] = (len(run) - dram_only, dram_only)
+        return out
+
+    # ---- internals ----------------------------------------------------------------------------
+    def _bit(self, pub: Publisher, tier: Tier) -> int:
+        key = (pub, tier)
+        bit = self._bit_of.get(key)
+        if bit is not None:
+            return bit
+        bit = len(self._holders)
+        self._bit_of[key] = bit
+        self._holders.append(key)
+        self._contents.append(set())
+        if tier == "rank_hbm":
+            self._rank_key[bit] = (pub.instance, pub.dp_rank)
+        else:
+            self._pool_bits[tier] |= 1 << bit
+        if key in self._stale:
+            self._stale_bits |= 1 << bit
+        return bit
+
+    def _store(self, bit: int, hashes: Iterable[int]) -> None:
+        flag = 1 << bit
+        self._contents[bit].update(hashes)
+        if bit in self._rank_key:
+            rank = self._rank
+            for h in hashes:
+                rank[h] = rank.get(h, 0) | flag
+            return
+        for h in hashes:
+            self._pool_mask[h] = self._pool_mask.get(h, 0) | flag
+            self._refresh_pool(h)
+
+    def _remove(self, bit: int, hashes: Iterable[int]) -> None:
+        flag = 1 << bit
+        self._contents[bit].difference_update(hashes)
+        table = self._rank if bit in self._rank_key else self._pool_mask
+        for h in hashes:
+            left = table.get(h, 0) & ~flag
+            if left:
+                table[h] = left
+            else:
+                table.pop(h, None)
+            if table is self._pool_mask:
+                self._refresh_pool(h)
+
+    def _reset(self, pub: Publisher, tier: Tier, hashes: tuple[int, ...]) -> None:
+        """Forget a holder's blocks, trust it again, and store `hashes` (a snapshot) in it."""
+        bit = self._bit(pub, tier)
+        self._remove(bit, tuple(self._contents[bit]))
+        self._set_stale(pub, tier, False)
+        self._store(bit, hashes)
+
+    def _mark_stale(self, pub: Publisher) -> None:
+        for tier in self._tiers_of[pub]:
+            self._set_stale(pub, tier, True)
+
+    def _set_stale(self, pub: Publisher, tier: Tier, stale: bool) -> None:
+        key = (pub, tier)
+        if (key in self._stale) == stale:
+            return
+        bit = self._bit(pub, tier)
+        if stale:
+            self._stale.add(key)
+            self._stale_bits |= 1 << bit
+        else:
+            self._stale.discard(key)
+            self._stale_bits &= ~(1 << bit)
+        if tier != "rank_hbm":
+            for h in self._contents[bit]:
+                self._refresh_pool(h)
+
+    def _refresh_pool(self, h: int) -> None:
+        mask = self._pool_mask.get(h, 0) & ~self._stale_bits
+        flags = (_POOL_IN_HBM if mask & self._pool_bits["pool_hbm"] else 0) | (
+            _POOL_IN_DRAM if mask & self._pool_bits["pool_dram"] else 0
+        )
+        if flags:
+            self._pool[h] = flags
+        else:
+            self._pool.pop(h, None)
+
+
+def _until_miss(get: Callable[[int, int], int], hashes: Sequence[int], start: int) -> list[int]:
+    """get(h, 0) for hashes[start:] up to (excluding) the first 0; lookups run in C, chunk by chunk."""
+    out: list[int] = []
+    n = len(hashes)
+    i = start
+    while i < n:
+        chunk = list(map(get, hashes[i : i + _CHUNK], repeat(0)))
+        if 0 in chunk:
+            out += chunk[: chunk.index(0)]
+            return out
+        out += chunk
+        i += _CHUNK
+    return out

@@ -1,0 +1,22 @@
+"""random: a uniformly random healthy prefill rank from a seeded generator (baseline)."""
+
+from __future__ import annotations
+
+import random
+
+from rackserve.routing.index import PrefixMatch
+from rackserve.routing.policy import PolicySettings, register
+from rackserve.routing.view import RankState, RequestView, Scored
+
+
+@register("random")
+class RandomChoice:
+    name = "random"
+
+    def __init__(self, settings: PolicySettings) -> None:
+        self._rng = random.Random(settings.seed)
+
+    def choose(
+        self, request: RequestView, ranks: tuple[RankState, ...], match: PrefixMatch
+    ) -> Scored:
+        return Scored(ranks[self._rng.randrange(len(ranks))], 0.0)

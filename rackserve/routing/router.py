@@ -1,0 +1,44 @@
+"""The routing decision both the simulator and the live router call: index + policy + decode placement."""
+
+from __future__ import annotations
+
+from rackserve.config import RoutingSection
+from rackserve.routing.cost import CostModel
+from rackserve.routing.decode import place_decode
+from rackserve.routing.index import PrefixIndex, PrefixMatch
+from rackserve.routing.policy import Policy, PolicySettings, make_policy
+from rackserve.routing.view import ClusterView, Decision, NoRankAvailable, RequestView
+
+
+class Router:
+    """Owns the prefix index (feed it with `router.index.apply(event)`) and one policy."""
+
+    def __init__(self, policy: Policy, index: PrefixIndex | None = None) -> None:
+        self.policy = policy
+        self.index = index if index is not None else PrefixIndex()
+
+    @classmethod
+    def from_config(cls, section: RoutingSection, cost: CostModel | None = None) -> Router:
+        return cls(make_policy(section.policy, PolicySettings(cost=cost, seed=section.seed)))
+
+    def route(self, request: RequestView, cluster: ClusterView) -> Decision:
+        """Pick a prefill rank (by policy) and a decode rank (least active blocks) for `request`."""
+        ranks = cluster.prefill_ranks()
+        if not ranks:
+            raise NoRankAvailable("cluster: no healthy prefill rank")
+        match = self.match(request)
+        pick = self.policy.choose(request, ranks, match)
+        decode = place_decode(cluster, request.decode_layout)
+        return Decision(
+            instance=pick.rank.instance,
+            dp_rank=pick.rank.dp_rank,
+            predicted=match.hit(pick.rank.key),
+            score=pick.score,
+            policy=self.policy.name,
+            decode_instance=None if decode is None else decode.instance,
+            decode_dp_rank=None if decode is None else decode.dp_rank,
+        )
+
+    def match(self, request: RequestView) -> PrefixMatch:
+        """Index lookup for `request` (every policy's decision records predicted hits)."""
+        return self.index.match(request.block_hashes, request.block_size, request.prompt_tokens)

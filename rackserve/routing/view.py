@@ -1,0 +1,110 @@
+"""The snapshot a routing policy sees: plain frozen dataclasses about ranks and the request.
+
+Policies take these, never a framework object, so the simulator and the live router call the same
+code and unit tests build tiny cluster states by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Role = Literal["prefill", "decode"]
+RankKey = tuple[str, int]  # (instance, dp_rank)
+
+
+@dataclass(frozen=True, slots=True)
+class RankState:
+    """Load of one data-parallel rank of one instance, as the router last heard it.
+
+    queued_tokens: uncached prompt tokens waiting or running in prefill on this rank.
+    queued_work_s: seconds of prefill work already queued on this rank (from the timing model).
+    active_decode_blocks: KV blocks of sequences decoding on this rank.
+    """
+
+    instance: str
+    dp_rank: int
+    layout: str  # "dep2" | "wide-ep" | "tp8" (rackserve.config.InstanceGroup.layout)
+    role: Role
+    queued_tokens: int = 0
+    queued_work_s: float = 0.0
+    active_decode_blocks: int = 0
+    running_seqs: int = 0
+    healthy: bool = True
+
+    @property
+    def key(self) -> RankKey:
+        return (self.instance, self.dp_rank)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """What routing needs of a request: its chained block hashes (full blocks only) and sizes.
+
+    decode_layout: which decode instance type serves it (None = any decode rank).
+    """
+
+    block_hashes: tuple[int, ...]
+    prompt_tokens: int
+    block_size: int
+    request_id: str = ""
+    decode_layout: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """Every rank the router may send to, prefill and decode, in a stable order."""
+
+    ranks: tuple[RankState, ...]
+
+    def prefill_ranks(self) -> tuple[RankState, ...]:
+        return tuple(r for r in self.ranks if r.role == "prefill" and r.healthy)
+
+    def decode_ranks(self, layout: str | None = None) -> tuple[RankState, ...]:
+        return tuple(
+            r
+            for r in self.ranks
+            if r.role == "decode" and r.healthy and (layout is None or r.layout == layout)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixHit:
+    """Prompt tokens a rank would not compute, by where their KV is: its own HBM or a pool tier."""
+
+    rank_hbm: int = 0
+    pool_hbm: int = 0
+    pool_dram: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.rank_hbm + self.pool_hbm + self.pool_dram
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """A policy's pick: the prefill rank and its score (lower is better; policy-specific units)."""
+
+    rank: RankState
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Where a request goes and what the router expected to find cached there."""
+
+    instance: str
+    dp_rank: int
+    predicted: PrefixHit
+    score: float
+    policy: str
+    decode_instance: str | None = None
+    decode_dp_rank: int | None = None
+
+    @property
+    def key(self) -> RankKey:
+        return (self.instance, self.dp_rank)
+
+
+class NoRankAvailable(ValueError):
+    """No healthy rank of the needed role (and layout) is in the cluster view."""
