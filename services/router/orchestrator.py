@@ -1,0 +1,128 @@
+"""One request's trip through the cluster: route, prefill on a DP rank, decode with streaming.
+
+The front door calls `Orchestrator.generate`, which yields token lists as the decode rank streams
+them and fills a `Trip` with where the request went and its simulated latencies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import grpc
+
+from rackserve.kv.block_hash import block_hashes
+from services._proto import decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
+from services.router.router_core import RouterCore
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    ignore_eos: bool = False
+
+
+@dataclass
+class Trip:
+    """Where a request went and its latencies in simulated seconds (filled while it runs)."""
+
+    request_id: str
+    prompt_tokens: int
+    prefill: str = ""
+    decode: str = ""
+    predicted_hit_tokens: int = 0
+    local_hit_tokens: int = 0
+    pool_hit_tokens: int = 0
+    queue_s: float = 0.0
+    prefill_s: float = 0.0
+    kv_transfer_s: float = 0.0
+    first_decode_s: float = 0.0
+    decode_s: float = 0.0  # sim time from joining the decode rank to the last token
+    pacing_lag_s: float = 0.0
+    completion_tokens: int = 0
+    finish_reason: str = ""
+    token_times_s: list[float] = field(default_factory=list)  # sim time of each token from arrival
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.local_hit_tokens + self.pool_hit_tokens
+
+    @property
+    def ttft_s(self) -> float:
+        return self.queue_s + self.prefill_s + self.kv_transfer_s + self.first_decode_s
+
+    @property
+    def e2e_s(self) -> float:
+        return self.token_times_s[-1] if self.token_times_s else self.ttft_s
+
+    @property
+    def tpot_s(self) -> float:
+        n = len(self.token_times_s)
+        return (self.e2e_s - self.ttft_s) / (n - 1) if n > 1 else 0.0
+
+
+class Orchestrator:
+    """Routes with `RouterCore` and talks gRPC to the prefill and decode services."""
+
+    def __init__(self, router: RouterCore, prefill_addr: str, decode_addr: str,
+                 model_id: str, block_size: int) -> None:
+        self.router = router
+        self.model_id = model_id
+        self.block_size = block_size
+        self._prefill_channel = grpc.aio.insecure_channel(prefill_addr)
+        self._decode_channel = grpc.aio.insecure_channel(decode_addr)
+        self._prefill = prefill_pb2_grpc.PrefillStub(self._prefill_channel)
+        self._decode = decode_pb2_grpc.DecodeStub(self._decode_channel)
+
+    async def close(self) -> None:
+        await self._prefill_channel.close()
+        await self._decode_channel.close()
+
+    async def generate(self, trip: Trip, prompt: list[int], sampling: Sampling) -> AsyncIterator[list[int]]:
+        """Yield the generated tokens chunk by chunk; `trip` holds the accounting at the end."""
+        hashes = block_hashes(prompt, self.block_size, self.model_id)
+        decision = self.router.route(trip.request_id, prompt, hashes)
+        trip.prefill = f"{decision.prefill_instance}/{decision.prefill_rank}"
+        trip.decode = f"{decision.decode_instance}/{decision.decode_rank}"
+        trip.predicted_hit_tokens = decision.predicted_hit_tokens
+        params = prefill_pb2.SamplingParams(
+            temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
+            seed=sampling.seed, ignore_eos=sampling.ignore_eos)
+        with self.router.prefill_in_flight(decision, len(prompt)):
+            reply = await self._prefill.Prefill(prefill_pb2.PrefillRequest(
+                request_id=trip.request_id, instance=decision.prefill_instance,
+                dp_rank=decision.prefill_rank, token_ids=prompt, sampling=params))
+        self._account_prefill(trip, reply)
+        request = decode_pb2.DecodeRequest(
+            request_id=trip.request_id, instance=decision.decode_instance, rank=decision.decode_rank,
+            token_ids=prompt, first_token=reply.first_token, kv=reply.kv, sampling=params)
+        with self.router.decode_in_flight(decision, len(prompt) + sampling.max_tokens):
+            call = self._decode.Generate(request)
+            try:
+                async for chunk in call:
+                    self._account_chunk(trip, chunk)
+                    yield list(chunk.token_ids)
+            finally:
+                call.cancel()
+
+    def _account_prefill(self, trip: Trip, reply: prefill_pb2.PrefillReply) -> None:
+        trip.local_hit_tokens = reply.local_hit_tokens
+        trip.pool_hit_tokens = reply.pool_hit_tokens
+        trip.queue_s = reply.queue_sim_s
+        trip.prefill_s = reply.prefill_sim_s
+        trip.pacing_lag_s += reply.pacing_lag_s
+
+    def _account_chunk(self, trip: Trip, chunk: decode_pb2.TokenChunk) -> None:
+        start = trip.queue_s + trip.prefill_s
+        if not trip.token_times_s:
+            trip.kv_transfer_s = chunk.kv_load_sim_s
+            trip.first_decode_s = max(0.0, chunk.sim_time_s - chunk.kv_load_sim_s)
+        trip.token_times_s.extend([start + chunk.sim_time_s] * len(chunk.token_ids))
+        trip.completion_tokens += len(chunk.token_ids)
+        trip.decode_s = chunk.sim_time_s
+        trip.pacing_lag_s += chunk.pacing_lag_s
+        if chunk.finish_reason:
+            trip.finish_reason = chunk.finish_reason

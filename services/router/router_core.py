@@ -1,0 +1,100 @@
+"""The router's state and decisions: per-rank load it tracks itself, the KV index, the policy.
+
+Load is accounted here as Dynamo's router does: work is added when a request is sent to a rank
+and removed when the rank answers, so no polling is needed. The prefill rank is chosen by the
+configured policy through rackserve.routing.Router (the same code the simulator runs), which also
+places the decode rank (fewest active KV blocks).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+from rackserve.kv.events import KVEvent
+from rackserve.routing.cost import CostModel
+from rackserve.routing.router import Router
+from rackserve.routing.view import ClusterView, NoRankAvailable, RankState, RequestView
+from services.topology import InstanceSpec
+
+
+@dataclass(frozen=True)
+class Route:
+    request_id: str
+    prefill_instance: str
+    prefill_rank: int
+    decode_instance: str
+    decode_rank: int
+    predicted_hit_tokens: int
+    policy: str
+
+
+class RouterCore:
+    """Thread-safe: the HTTP front door and the gRPC Route service share one."""
+
+    def __init__(self, prefill: list[InstanceSpec], decode: list[InstanceSpec], router: Router,
+                 block_size: int, cost: CostModel | None = None) -> None:
+        self.router = router
+        self.block_size = block_size
+        self.cost = cost
+        self._lock = threading.Lock()
+        self._ranks: dict[tuple[str, int], RankState] = {}
+        for spec in [*prefill, *decode]:
+            for r in range(spec.dp_ranks):
+                self._ranks[(spec.name, r)] = RankState(spec.name, r, spec.layout, spec.role)
+
+    @property
+    def policy_name(self) -> str:
+        return self.router.policy.name
+
+    def snapshot(self) -> ClusterView:
+        with self._lock:
+            return ClusterView(tuple(self._ranks.values()))
+
+    def route(self, request_id: str, prompt: list[int], hashes: list[int]) -> Route:
+        request = RequestView(tuple(hashes), len(prompt), self.block_size, request_id)
+        with self._lock:  # the index is fed from the KV-event thread
+            decision = self.router.route(request, ClusterView(tuple(self._ranks.values())))
+        if decision.decode_instance is None or decision.decode_dp_rank is None:
+            raise NoRankAvailable("cluster: no decode rank")
+        return Route(request_id, decision.instance, decision.dp_rank, decision.decode_instance,
+                     decision.decode_dp_rank, decision.predicted.total, decision.policy)
+
+    def apply_events(self, events: list[KVEvent]) -> None:
+        with self._lock:
+            self.router.index.apply_all(events)
+
+    def _adjust(self, key: tuple[str, int], **delta: float) -> None:
+        with self._lock:
+            state = self._ranks[key]
+            changes = {name: getattr(state, name) + d for name, d in delta.items()}
+            self._ranks[key] = replace(state, **changes)
+
+    def _work_s(self, key: tuple[str, int], uncached: int, cached: int) -> float:
+        if self.cost is None:
+            return 0.0
+        return self.cost.prefill_estimate_s(self._ranks[key].layout, uncached, cached)
+
+    @contextmanager
+    def prefill_in_flight(self, route: Route, prompt_tokens: int) -> Iterator[None]:
+        """Counts the prompt's uncached tokens (and their work) as queued on the prefill rank."""
+        key = (route.prefill_instance, route.prefill_rank)
+        queued = max(0, prompt_tokens - route.predicted_hit_tokens)
+        work = self._work_s(key, queued, route.predicted_hit_tokens)
+        self._adjust(key, queued_tokens=queued, queued_work_s=work, running_seqs=1)
+        try:
+            yield
+        finally:
+            self._adjust(key, queued_tokens=-queued, queued_work_s=-work, running_seqs=-1)
+
+    @contextmanager
+    def decode_in_flight(self, route: Route, max_context: int) -> Iterator[None]:
+        key = (route.decode_instance, route.decode_rank)
+        blocks = -(-max_context // self.block_size)
+        self._adjust(key, running_seqs=1, active_decode_blocks=blocks)
+        try:
+            yield
+        finally:
+            self._adjust(key, running_seqs=-1, active_decode_blocks=-blocks)

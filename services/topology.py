@@ -1,0 +1,36 @@
+"""The live cluster's instances and ranks, named the same way by the router, workers and events.
+
+Names: `prefill-dep2-0`, `decode-wide-ep-0`, `decode-tp8-0`, ... (role, layout, index per layout).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rackserve.config import Config, InstanceGroup
+
+Role = Literal["prefill", "decode"]
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """One engine instance: its name, layout, GPUs it emulates and DP ranks it runs."""
+
+    name: str
+    role: Role
+    layout: str
+    gpus: int
+    dp_ranks: int
+
+
+def instances(cfg: Config, role: Role) -> list[InstanceSpec]:
+    groups: list[InstanceGroup] = cfg.deployment.prefill if role == "prefill" else cfg.deployment.decode
+    seen: dict[str, int] = {}
+    out: list[InstanceSpec] = []
+    for group in groups:
+        for _ in range(group.count):
+            index = seen.get(group.layout, 0)
+            seen[group.layout] = index + 1
+            out.append(InstanceSpec(f"{role}-{group.layout}-{index}", role, group.layout, group.gpus, group.dp_ranks))
+    return out
