@@ -181,3 +181,14 @@ def test_instance_gpus_and_tokens_by_kind():
     assert s[("rackserve_instance_tokens_total", frozenset({**il, "kind": "output"}.items()))] == 12
     with pytest.raises(ValueError):
         m.ranks.record_instance_tokens("decode-wide-ep-0", "decode", {"input": 1})
+
+
+def test_pool_tier_occupancy():
+    m = ProcessMetrics(MODEL)
+    m.pool.record_tier("pool_dram", blocks=3, used_bytes=300, capacity_bytes=1000)
+    m.pool.evictions.labels(tier="pool_hbm").inc(2)
+    s = _samples(m)
+    assert s[("rackserve_pool_used_bytes", frozenset({"tier": "pool_dram"}.items()))] == 300
+    assert s[("rackserve_pool_evictions_total", frozenset({"tier": "pool_hbm"}.items()))] == 2
+    with pytest.raises(ValueError):
+        m.pool.record_tier("rank_hbm", 0, 0, 0)
