@@ -1,0 +1,198 @@
+"""Each policy on crafted cluster states picks the rank it should; the registry rejects bad names."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import pytest
+
+from rackserve.config import RoutingSection
+from rackserve.kv.block_hash import block_hashes
+from rackserve.kv.events import EventSequencer, Publisher
+from rackserve.routing import (
+    ClusterView,
+    PolicySettings,
+    PrefixHit,
+    RankState,
+    RequestView,
+    Router,
+    make_policy,
+    policy_names,
+)
+
+BS = 16
+TOKENS = list(range(500, 500 + 10 * BS + 5))  # 165 tokens: 10 full blocks
+REQ = RequestView(tuple(block_hashes(TOKENS, BS, "m")), len(TOKENS), BS, "r1")
+
+
+def _router(name: str, cost=None, **kw) -> Router:
+    return Router(make_policy(name, PolicySettings(cost=cost, **kw)))
+
+
+def _cache(router: Router, instance: str, dp_rank: int, blocks: int) -> None:
+    seq = EventSequencer(Publisher(instance, dp_rank))
+    router.index.apply(seq.make("stored", "rank_hbm", REQ.block_hashes[:blocks]))
+
+
+def _with(cluster: ClusterView, key: tuple[str, int], **changes) -> ClusterView:
+    return ClusterView(
+        tuple(dataclasses.replace(r, **changes) if r.key == key else r for r in cluster.ranks)
+    )
+
+
+def test_registry_names_and_bad_name():
+    assert set(policy_names()) == {
+        "least-uncached-work",
+        "dynamo-kv",
+        "round-robin",
+        "random",
+        "least-loaded",
+        "prefix-hash",
+    }
+    with pytest.raises(ValueError, match="no-such-policy"):
+        make_policy("no-such-policy")
+    with pytest.raises(ValueError, match="least-uncached-work needs a cost model"):
+        make_policy("least-uncached-work")
+    with pytest.raises(ValueError, match="no-such-policy"):
+        Router.from_config(RoutingSection(policy="no-such-policy"))
+
+
+# ---- least-uncached-work ----------------------------------------------------------------------
+def test_luw_cached_rank_wins_when_idle(cost, idle_cluster):
+    r = _router("least-uncached-work", cost)
+    _cache(r, "p1", 0, 8)
+    d = r.route(REQ, idle_cluster)
+    assert (d.instance, d.dp_rank) == ("p1", 0)
+    assert d.predicted == PrefixHit(8 * BS, 0, 0)
+    assert d.policy == "least-uncached-work"
+    assert d.score == pytest.approx(cost.prefill_estimate_s("dep2", 165 - 128, 128))
+
+
+@pytest.mark.parametrize(("queued_s", "winner"), [(0.010, ("p1", 0)), (0.020, ("p0", 0))])
+def test_luw_hot_cached_rank_loses_to_idle_cold_one_when_its_queue_is_long(
+    cost, idle_cluster, queued_s, winner
+):
+    # cached: 37 new tokens ~ 3.7 ms + queue; cold: 165 new tokens ~ 16.5 ms.
+    r = _router("least-uncached-work", cost)
+    _cache(r, "p1", 0, 8)
+    d = r.route(REQ, _with(idle_cluster, ("p1", 0), queued_work_s=queued_s, queued_tokens=9999))
+    assert (d.instance, d.dp_rank) == winner
+
+
+def test_luw_pool_hits_are_charged_by_tier(cost, idle_cluster):
+    r = _router("least-uncached-work", cost)
+    pool = EventSequencer(Publisher("pool", 0))
+    r.index.apply(pool.make("stored", "pool_dram", REQ.block_hashes[:8]))
+    _cache(r, "p0", 1, 2)  # p0/1: 2 blocks in HBM, 6 more from pool DRAM
+    d = r.route(REQ, idle_cluster)
+    assert (d.instance, d.dp_rank) == ("p0", 1)
+    assert d.predicted == PrefixHit(2 * BS, 0, 6 * BS)
+    expected = cost.prefill_estimate_s("dep2", 165 - 128, 128) + cost.kv_transfer_s(
+        6 * BS, "pool_dram"
+    )
+    assert d.score == pytest.approx(expected)
+
+
+def test_luw_ties_go_to_the_less_loaded_rank(cost, idle_cluster):
+    r = _router("least-uncached-work", cost)
+    busy = _with(idle_cluster, ("p0", 0), queued_tokens=50)
+    assert r.route(REQ, busy).key == ("p0", 1)
+    busier = _with(_with(busy, ("p0", 1), queued_tokens=50), ("p1", 0), running_seqs=3)
+    assert r.route(REQ, busier).key == ("p1", 1)
+
+
+def test_luw_compares_layouts_by_the_timing_model(cost, idle_cluster):
+    tp8 = RankState("t9", 0, "tp8", "prefill")  # half the per-token time of a dep2 rank
+    cluster = ClusterView((*idle_cluster.ranks, tp8))
+    assert _router("least-uncached-work", cost).route(REQ, cluster).key == ("t9", 0)
+
+
+# ---- dynamo-kv --------------------------------------------------------------------------------
+def test_dynamo_cost_formula(idle_cluster):
+    policy = make_policy("dynamo-kv", PolicySettings(overlap_score_weight=2.0))
+    r = Router(policy)
+    _cache(r, "p1", 0, 8)
+    ranks = _with(idle_cluster, ("p1", 0), queued_tokens=32, active_decode_blocks=5).prefill_ranks()
+    costs = policy.costs(REQ, ranks, r.match(REQ))
+    # 11 request blocks; p1/0: prefill = 2 queued + 11 - 8 cached = 5, decode = 5 + 11.
+    assert costs == [2.0 * 11 + 11] * 2 + [2.0 * 5 + 16, 2.0 * 11 + 11]
+
+
+def test_dynamo_cached_wins_idle_and_loses_to_decode_load(idle_cluster):
+    r = _router("dynamo-kv")
+    _cache(r, "p1", 0, 8)
+    assert r.route(REQ, idle_cluster).key == ("p1", 0)
+    assert r.route(REQ, _with(idle_cluster, ("p1", 0), active_decode_blocks=9)).key != ("p1", 0)
+    ignore_cache = _router("dynamo-kv", overlap_score_weight=0.0)
+    _cache(ignore_cache, "p1", 0, 8)
+    loaded = _with(idle_cluster, ("p1", 0), active_decode_blocks=1)
+    assert ignore_cache.route(REQ, loaded).key != ("p1", 0)
+
+
+def test_dynamo_temperature_samples_softmax_seeded(idle_cluster):
+    def picks(seed: int) -> list[tuple[str, int]]:
+        r = _router("dynamo-kv", temperature=0.5, seed=seed)
+        _cache(r, "p1", 0, 8)
+        return [r.route(REQ, idle_cluster).key for _ in range(2000)]
+
+    first = picks(3)
+    assert first == picks(3)
+    counts = Counter(first)
+    assert len(counts) == 4
+    # normalised costs 1 (cold) vs 0 (cached): odds e^(1/0.5) = 7.39 per cold rank
+    share = counts[("p1", 0)] / 2000
+    assert share == pytest.approx(7.389 / (7.389 + 3), abs=0.04)
+    with pytest.raises(ValueError, match="temperature"):
+        make_policy("dynamo-kv", PolicySettings(temperature=-1))
+
+
+# ---- baselines ---------------------------------------------------------------------------------
+def test_round_robin_cycles_over_healthy_ranks(idle_cluster):
+    r = _router("round-robin")
+    cluster = _with(idle_cluster, ("p0", 1), healthy=False)
+    assert [r.route(REQ, cluster).key for _ in range(4)] == [
+        ("p0", 0),
+        ("p1", 0),
+        ("p1", 1),
+        ("p0", 0),
+    ]
+
+
+def test_random_is_seeded_and_uniform(idle_cluster):
+    r1, r2, r3 = _router("random", seed=1), _router("random", seed=1), _router("random", seed=2)
+    s1 = [r1.route(REQ, idle_cluster).key for _ in range(400)]
+    assert s1 == [r2.route(REQ, idle_cluster).key for _ in range(400)]
+    assert s1 != [r3.route(REQ, idle_cluster).key for _ in range(400)]
+    assert all(80 <= n <= 120 for n in Counter(s1).values()) and len(Counter(s1)) == 4
+
+
+def test_least_loaded_ignores_cache(idle_cluster):
+    r = _router("least-loaded")
+    _cache(r, "p0", 0, 10)
+    cluster = ClusterView(
+        tuple(
+            dataclasses.replace(x, queued_work_s=0.5) if x.role == "prefill" else x
+            for x in idle_cluster.ranks
+        )
+    )
+    cluster = _with(cluster, ("p1", 1), queued_work_s=0.1)
+    d = r.route(REQ, cluster)
+    assert d.key == ("p1", 1) and d.predicted == PrefixHit()
+
+
+def _prefixed(i: int, tail: int) -> RequestView:
+    tokens = [i] * (4 * BS) + [tail] * (3 * BS)
+    return RequestView(tuple(block_hashes(tokens, BS, "m")), len(tokens), BS)
+
+
+def test_prefix_hash_keeps_a_prefix_on_one_rank_and_moves_only_a_lost_ranks_keys(idle_cluster):
+    r = _router("prefix-hash")
+    placed = {i: r.route(_prefixed(i, 1), idle_cluster).key for i in range(200)}
+    assert all(r.route(_prefixed(i, 2), idle_cluster).key == placed[i] for i in range(200))
+    assert (
+        all(n >= 20 for n in Counter(placed.values()).values()) and len(set(placed.values())) == 4
+    )
+    without = _with(idle_cluster, ("p1", 0), healthy=False)
+    moved = {i for i in range(200) if r.route(_prefixed(i, 1), without).key != placed[i]}
+    assert moved == {i for i, k in placed.items() if k == ("p1", 0)}
