@@ -1,0 +1,1 @@
+"""Per-rank batch scheduling shared by the simulator and the live workers."""

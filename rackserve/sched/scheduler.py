@@ -1,0 +1,145 @@
+"""Per-rank batch scheduler: bounded admission, prefill chunks under a token budget, decode batch cap.
+
+`schedule_prefill()` / `schedule_decode()` return a RankPlan whose RankBatch feeds the cost model;
+`commit_*()` advances the counters once the step (or a leap of identical decode steps) is done.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rackserve.sched.sequence import Sequence
+from rackserve.timing.batch import RankBatch
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    chunk_tokens: int = 8192  # prefill tokens per step per rank
+    max_batch_seqs: int = 256  # sequences per step per rank
+    max_queue: int = 10_000  # waiting + running; beyond this a request is rejected
+    kv_tokens_capacity: int | None = None  # decode: context tokens the rank's HBM holds
+
+    def __post_init__(self) -> None:
+        assert self.chunk_tokens > 0 and self.max_batch_seqs > 0 and self.max_queue > 0
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """One step's work on one rank: sequences, tokens each computes, and the cost-model batch."""
+
+    seqs: tuple[Sequence, ...]
+    new_tokens: tuple[int, ...]
+    batch: RankBatch
+
+    @property
+    def empty(self) -> bool:
+        return not self.seqs
+
+
+EMPTY_PLAN = RankPlan((), (), RankBatch.of([]))
+
+
+class RankScheduler:
+    """FCFS scheduler of one DP rank. `on_start(seq)` runs when a waiting sequence is first scheduled
+    (the prefill rank looks up its prefix there, so blocks stored meanwhile are found)."""
+
+    def __init__(self, limits: SchedulerLimits, on_start: Callable[[Sequence], None] | None = None) -> None:
+        self.limits = limits
+        self.on_start = on_start
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._context = 0  # decode: context tokens of running sequences
+
+    def __len__(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def admit(self, seq: Sequence) -> bool:
+        """Queue a sequence; False (rejected) when the rank's queue is full."""
+        if len(self) >= self.limits.max_queue:
+            return False
+        self.waiting.append(seq)
+        return True
+
+    def queued_prefill_tokens(self) -> int:
+        return sum(s.prefill_left for s in self.running) + sum(s.prefill_left for s in self.waiting)
+
+    def schedule_prefill(self) -> RankPlan:
+        budget = self.limits.chunk_tokens
+        seqs: list[Sequence] = []
+        news: list[int] = []
+        for seq in self.running:
+            if budget <= 0 or len(seqs) >= self.limits.max_batch_seqs:
+                break
+            take = min(seq.prefill_left, budget)
+            seqs.append(seq)
+            news.append(take)
+            budget -= take
+        while self.waiting and budget > 0 and len(seqs) < self.limits.max_batch_seqs:
+            seq = self._start(self.waiting.popleft())
+            self.running.append(seq)
+            take = min(seq.prefill_left, budget)
+            if take == 0:
+                continue  # fully cached; finishes at commit without compute
+            seqs.append(seq)
+            news.append(take)
+            budget -= take
+        return self._plan(seqs, news)
+
+    def schedule_decode(self) -> RankPlan:
+        self._promote_decode()
+        if not self.running:
+            return EMPTY_PLAN
+        return self._plan(list(self.running), [1] * len(self.running))
+
+    def decode_steps_to_next_finish(self) -> int:
+        return min(s.decode_left for s in self.running)
+
+    def commit_prefill(self, plan: RankPlan) -> list[Sequence]:
+        """Apply a prefill step; return sequences whose prompt is now fully computed."""
+        for seq, new in zip(plan.seqs, plan.new_tokens, strict=True):
+            seq.computed_tokens += new
+        done = [s for s in self.running if s.prefill_left == 0]
+        if done:
+            self.running = [s for s in self.running if s.prefill_left > 0]
+        return done
+
+    def commit_decode(self, plan: RankPlan, steps: int) -> list[Sequence]:
+        """Apply `steps` identical decode steps; return sequences that produced their last token."""
+        assert 0 < steps <= min(s.decode_left for s in plan.seqs)
+        for seq in plan.seqs:
+            seq.computed_tokens += steps
+            seq.generated += steps
+        self._context += steps * len(plan.seqs)
+        done = [s for s in plan.seqs if s.decode_left == 0]
+        if done:
+            self.running = [s for s in self.running if s.decode_left > 0]
+            self._context -= sum(s.computed_tokens for s in done)
+        return done
+
+    def _start(self, seq: Sequence) -> Sequence:
+        if self.on_start is not None:
+            self.on_start(seq)
+        return seq
+
+    def _promote_decode(self) -> None:
+        cap = self.limits.kv_tokens_capacity
+        while self.waiting and len(self.running) < self.limits.max_batch_seqs:
+            seq = self.waiting[0]
+            need = seq.computed_tokens + seq.decode_left
+            if cap is not None and self.running and self._context + need > cap:
+                break
+            self.running.append(self._start(self.waiting.popleft()))
+            self._context += seq.computed_tokens
+
+    def _plan(self, seqs: list[Sequence], news: list[int]) -> RankPlan:
+        if not seqs:
+            return EMPTY_PLAN
+        cached = [s.computed_tokens for s in seqs]
+        pool_hbm = sum(s.pool_hbm_tokens for s in seqs)
+        pool_dram = sum(s.pool_dram_tokens for s in seqs)
+        for s in seqs:  # pool fetches are charged once, on the first step that includes them
+            s.pool_hbm_tokens = s.pool_dram_tokens = 0
+        batch = RankBatch.of(news, cached, pool_hbm_tokens=pool_hbm, pool_dram_tokens=pool_dram)
+        return RankPlan(tuple(seqs), tuple(news), batch)

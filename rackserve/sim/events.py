@@ -1,0 +1,89 @@
+"""Simulator events and the event queue. The heap key (time, priority, sequence) is built in ONE place.
+
+Each event handles itself against the simulator and returns the events it causes (Vidur style).
+At equal times, lower priority runs first: step ends free capacity before new work lands, KV
+hand-offs join decode batches before new arrivals are routed; equal (time, priority) run in push
+order (the sequence number).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from rackserve.sim.simulator import Simulator
+    from rackserve.workload.request import Request
+
+
+class Event:
+    priority: ClassVar[int]
+    time: float
+
+    def handle(self, sim: Simulator) -> list[Event]:
+        raise NotImplementedError
+
+
+@dataclass(eq=False)
+class PrefillStepEnd(Event):
+    priority: ClassVar[int] = 0
+    time: float
+    instance: int
+
+    def handle(self, sim: Simulator) -> list[Event]:
+        return sim.on_prefill_step_end(self.time, self.instance)
+
+
+@dataclass(eq=False)
+class DecodeLeapEnd(Event):
+    priority: ClassVar[int] = 1
+    time: float
+    instance: int
+    version: int
+
+    def handle(self, sim: Simulator) -> list[Event]:
+        return sim.on_decode_leap_end(self.time, self.instance, self.version)
+
+
+@dataclass(eq=False)
+class KVArrive(Event):
+    """A prompt's KV reached its decode rank (P/D transfer done)."""
+
+    priority: ClassVar[int] = 2
+    time: float
+    record: object  # the simulator's in-flight record
+
+    def handle(self, sim: Simulator) -> list[Event]:
+        return sim.on_kv_arrive(self.time, self.record)
+
+
+@dataclass(eq=False)
+class Arrival(Event):
+    priority: ClassVar[int] = 3
+    time: float
+    request: Request
+
+    def handle(self, sim: Simulator) -> list[Event]:
+        return sim.on_arrival(self.time, self.request)
+
+
+def event_key(event: Event, seq: int) -> tuple[float, int, int]:
+    """The one place the ordering key is built."""
+    return (event.time, type(event).priority, seq)
+
+
+class EventQueue:
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, int, Event]] = []
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, event: Event) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (*event_key(event, self._seq), event))
+
+    def pop(self) -> Event:
+        return heapq.heappop(self._heap)[-1]

@@ -1,0 +1,52 @@
+"""Simulated engine instances: a group of DP ranks stepping in lockstep, each with its own scheduler.
+
+The step of an instance lasts as long as its slowest rank (the MoE dispatch is a barrier); the
+other ranks idle for the difference, which is accounted per rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rackserve.sched.scheduler import RankPlan, RankScheduler
+from rackserve.timing.batch import StepCost
+
+
+@dataclass(eq=False)
+class Instance:
+    name: str
+    layout_name: str  # "dep2" | "wide-ep" | "tp8"
+    layout: Any  # the timing model's layout object
+    gpus: int
+    ranks: list[RankScheduler]
+    busy: bool = False
+    plans: list[RankPlan] = field(default_factory=list)
+    stepping_s: float = 0.0  # time the instance spent in steps
+    rank_busy_s: list[float] = field(default_factory=list)
+    rank_idle_s: list[float] = field(default_factory=list)
+    steps: int = 0
+
+    def __post_init__(self) -> None:
+        self.rank_busy_s = [0.0] * len(self.ranks)
+        self.rank_idle_s = [0.0] * len(self.ranks)
+
+    def account(self, cost: StepCost, steps: int) -> None:
+        """Charge `steps` identical steps of `cost` to the instance and each rank."""
+        self.stepping_s += cost.total_s * steps
+        self.steps += steps
+        for r in range(len(self.ranks)):
+            busy = cost.rank_busy_s[r] if r < len(cost.rank_busy_s) else 0.0
+            self.rank_busy_s[r] += busy * steps
+            self.rank_idle_s[r] += cost.rank_idle_s(r) * steps if r < len(cost.rank_busy_s) else cost.total_s * steps
+
+
+@dataclass(eq=False)
+class Leap:
+    """A decode instance's run of identical steps: started at `start`, `steps` of `step_s` each."""
+
+    start: float
+    steps: int
+    step_s: float
+    cost: StepCost
+    version: int

@@ -1,0 +1,133 @@
+"""Per-request records and the run summary: completions, throughput per GPU, TTFT/TPOT, hit rates.
+
+Throughput per GPU counts cached + uncached input and output tokens of completed requests over the
+run's span; per-user speed is output tokens/s of one stream after its first token (1 / TPOT).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from rackserve.routing.view import PrefixHit
+from rackserve.workload.request import Request
+
+
+@dataclass(eq=False)
+class Flight:
+    """The simulator's record of one request in flight."""
+
+    request: Request
+    prefill: tuple[int, int]  # (instance index, rank index)
+    decode: tuple[int, int]
+    predicted: PrefixHit
+    queued_work_s: float = 0.0
+    delivered: PrefixHit = PrefixHit()
+    decode_blocks: int = 0
+    prefill_start: float = -1.0
+    prefill_end: float = -1.0
+    kv_arrive: float = -1.0
+    first_token: float = -1.0
+
+
+@dataclass
+class MetricsCollector:
+    arrivals: int = 0
+    rejected: int = 0
+    ttft: list[float] = field(default_factory=list)
+    tpot: list[float] = field(default_factory=list)
+    user_tps: list[float] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    prompt_tokens_prefilled: int = 0
+    hit_tokens: dict[str, int] = field(default_factory=lambda: {"rank_hbm": 0, "pool_hbm": 0, "pool_dram": 0})
+    predicted_hit_tokens: int = 0
+    first_arrival: float = float("inf")
+    last_finish: float = 0.0
+
+    def on_arrival(self, now: float) -> None:
+        self.arrivals += 1
+        self.first_arrival = min(self.first_arrival, now)
+
+    def on_prefilled(self, flight: Flight) -> None:
+        self.prompt_tokens_prefilled += flight.request.prompt_tokens
+        self.hit_tokens["rank_hbm"] += flight.delivered.rank_hbm
+        self.hit_tokens["pool_hbm"] += flight.delivered.pool_hbm
+        self.hit_tokens["pool_dram"] += flight.delivered.pool_dram
+        self.predicted_hit_tokens += flight.predicted.total
+
+    def on_finish(self, flight: Flight, now: float) -> None:
+        req = flight.request
+        self.ttft.append(flight.first_token - req.arrival_s)
+        if req.output_tokens > 1:
+            span = now - flight.first_token
+            self.tpot.append(span / (req.output_tokens - 1))
+            self.user_tps.append((req.output_tokens - 1) / span if span > 0 else float("inf"))
+        self.input_tokens += req.prompt_tokens
+        self.output_tokens += req.output_tokens
+        self.last_finish = max(self.last_finish, now)
+
+    @property
+    def completed(self) -> int:
+        return len(self.ttft)
+
+
+@dataclass(frozen=True)
+class SimResult:
+    scenario: str
+    policy: str
+    gpus: int
+    arrivals: int
+    completed: int
+    rejected: int
+    span_s: float
+    throughput_per_gpu: float  # (input + output tokens) / s / GPU
+    output_tps_per_gpu: float
+    user_tps_p50: float
+    user_tps_p90: float  # the slower 10%: 10th percentile of speed
+    ttft_p50_s: float
+    ttft_p90_s: float
+    ttft_p99_s: float
+    tpot_p50_s: float
+    tpot_p90_s: float
+    hit_rate: float
+    hit_rate_by_tier: dict[str, float]
+    predicted_hit_rate: float
+    prefill_idle_frac: float  # lockstep idle / stepping time, prefill ranks
+    decode_idle_frac: float
+    prefill_util: float  # stepping time / span, prefill instances
+    decode_util: float
+    pool_occupancy: dict[str, float]
+    evictions: dict[str, int]
+    events: int
+    wall_s: float
+    ttft_samples: list[float] = field(default_factory=list, repr=False)
+
+    def to_dict(self, samples: bool = False) -> dict:
+        out = asdict(self)
+        if not samples:
+            out.pop("ttft_samples")
+        return out
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def ideal_hit_rate(requests: Iterable[Request], block_tokens: int) -> float:
+    """Hit rate of an infinite cache that holds every block of every earlier request (prompt order),
+    each hit capped at prompt - 1 tokens like a real prefill."""
+    seen: set[int] = set()
+    hit = total = 0
+    for req in requests:
+        n = 0
+        for h in req.block_hashes:
+            if h not in seen:
+                break
+            n += 1
+        hit += min(n * block_tokens, req.prompt_tokens - 1)
+        total += req.prompt_tokens
+        seen.update(req.block_hashes)
+    return hit / total if total else 0.0

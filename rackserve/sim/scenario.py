@@ -1,0 +1,98 @@
+"""A simulator scenario: the deployment Config, the workload spec and the simulator's own knobs.
+
+A scenario YAML is a rackserve Config (deployment / pool / timing / routing / workload sections)
+plus an optional `sim:` section (SimSettings) and a `name`. Errors name the bad field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rackserve.config import Config
+from rackserve.workload.spec import (
+    AgentXWorkload,
+    MooncakeWorkload,
+    UniformWorkload,
+    parse_workload,
+)
+
+KV_BYTES_PER_TOKEN = 890  # DeepSeek-V4.1-Flash compressed KV in HBM per token (REFERENCE.md)
+
+
+class SimSettings(BaseModel):
+    """Per-rank scheduler limits and cache sizes of the emulated deployment (target tokens)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prefill_chunk_tokens: int = Field(16384, gt=0, description="prefill tokens per step per rank")
+    prefill_max_batch_seqs: int = Field(64, gt=0)
+    decode_max_batch_seqs: int = Field(256, gt=0, description="sequences per decode step per DP rank")
+    max_queue_per_rank: int = Field(100_000, gt=0, description="waiting + running; more is rejected")
+    rank_cache_tokens: int = Field(40_000_000, gt=0, description="prefill rank HBM prefix cache")
+    decode_kv_tokens_per_rank: int | None = Field(None, gt=0, description="decode rank KV capacity")
+    kv_bytes_per_token: int = Field(KV_BYTES_PER_TOKEN, gt=0)
+    horizon_s: float | None = Field(None, gt=0, description="ignore arrivals after this time")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    config: Config
+    workload: MooncakeWorkload | AgentXWorkload | UniformWorkload
+    sim: SimSettings
+
+    def with_workload(self, workload: MooncakeWorkload | AgentXWorkload | UniformWorkload) -> Scenario:
+        return replace(self, workload=workload)
+
+    @property
+    def gpus(self) -> int:
+        dep = self.config.deployment
+        return sum(g.count * g.gpus for g in (*dep.prefill, *dep.decode))
+
+
+def _errors(prefix: str, exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{prefix}{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def scenario_from_dict(data: dict[str, Any], name: str = "scenario") -> Scenario:
+    """Validate a scenario mapping; ValueError names the bad field (e.g. "sim.prefill_chunk_tokens")."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{name}: top level must be a mapping")
+    data = dict(data)
+    name = str(data.pop("name", name))
+    data.pop("description", None)
+    sim_raw = data.pop("sim", {}) or {}
+    try:
+        sim = SimSettings.model_validate(sim_raw)
+    except ValidationError as exc:
+        raise ValueError(_errors("sim.", exc)) from None
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(_errors("", exc)) from None
+    if not config.deployment.prefill or not any(g.count for g in config.deployment.prefill):
+        raise ValueError("deployment.prefill: at least one prefill instance is needed")
+    if not config.deployment.decode or not any(g.count for g in config.deployment.decode):
+        raise ValueError("deployment.decode: at least one decode instance is needed")
+    return Scenario(name, config, parse_workload(config.workload), sim)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML ({exc})") from None
+    try:
+        return scenario_from_dict(data, name=path.stem)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None

@@ -1,0 +1,293 @@
+"""The discrete-event simulator: arrivals -> router -> DEP prefill ranks -> P/D transfer -> decode.
+
+Drive it with a Scenario, a timing model, a policy name and an ArrivalSource (a trace list or a
+closed-loop session generator): `Simulator(...).run()` returns a SimResult. Decode instances leap
+over identical steps until the next event, so cost grows with events, not output tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rackserve.routing.policy import PolicySettings, make_policy
+from rackserve.routing.router import Router
+from rackserve.routing.view import ClusterView, RankState, RequestView
+from rackserve.sched.scheduler import RankScheduler, SchedulerLimits
+from rackserve.sched.sequence import Sequence
+from rackserve.sim.events import Arrival, DecodeLeapEnd, Event, EventQueue, KVArrive, PrefillStepEnd
+from rackserve.sim.instances import Instance, Leap
+from rackserve.sim.kv import ClusterKV, pool_limits
+from rackserve.sim.metrics import Flight, MetricsCollector, SimResult, pct
+from rackserve.sim.scenario import Scenario
+from rackserve.timing.batch import RankBatch, StepBatch
+from rackserve.workload.request import Request
+from rackserve.workload.source import ArrivalSource
+
+Progress = Callable[[int, int], None]  # (requests done, arrivals so far)
+
+
+def make_layout(timing: Any, layout: str, gpus: int) -> Any:
+    return timing.layout(layout, ranks=gpus) if layout == "wide-ep" else timing.layout(layout)
+
+
+class Simulator:
+    def __init__(self, scenario: Scenario, timing: Any, policy: str, source: ArrivalSource,
+                 progress: Progress | None = None) -> None:
+        self.scenario = scenario
+        self.timing = timing
+        self.policy = policy
+        self.source = source
+        self.progress = progress
+        cfg = scenario.config
+        self.block_tokens = cfg.timing.target_block_tokens
+        self.now = 0.0
+        self.metrics = MetricsCollector()
+        self.queue = EventQueue()
+        self.prefill = self._build("prefill", cfg.deployment.prefill)
+        self.decode = self._build("decode", cfg.deployment.decode)
+        self.router = Router(make_policy(policy, PolicySettings(cost=timing, seed=cfg.routing.seed)))
+        sim = scenario.sim
+        block_bytes = sim.kv_bytes_per_token * self.block_tokens
+        pool = pool_limits(cfg.pool.hbm_capacity_bytes, cfg.pool.dram_capacity_bytes,
+                           cfg.pool.high_watermark, cfg.pool.low_watermark)
+        keys = [(inst.name, r) for inst in self.prefill for r in range(len(inst.ranks))]
+        self.kv = ClusterKV(keys, max(1, sim.rank_cache_tokens // self.block_tokens), pool,
+                            self.block_tokens, block_bytes, self.router.index)
+        self._where = {inst.name: (i, "prefill") for i, inst in enumerate(self.prefill)}
+        self._where.update({inst.name: (i, "decode") for i, inst in enumerate(self.decode)})
+        self._states = {key: self._state(key) for key in self._all_keys()}
+        self._view: ClusterView | None = None
+        self._versions = [0] * len(self.decode)
+        self._leaps: list[Leap | None] = [None] * len(self.decode)
+        self._events = 0
+
+    # ---- construction ---------------------------------------------------------------------------
+    def _build(self, role: str, groups: list) -> list[Instance]:
+        sim = self.scenario.sim
+        out: list[Instance] = []
+        for group in groups:
+            layout = make_layout(self.timing, group.layout, group.gpus)
+            for _ in range(group.count):
+                idx = len(out)
+                name = f"{role}-{idx}"
+                if role == "prefill":
+                    limits = SchedulerLimits(sim.prefill_chunk_tokens, sim.prefill_max_batch_seqs, sim.max_queue_per_rank)
+                    ranks = [RankScheduler(limits, self._on_prefill_start(name, r)) for r in range(group.dp_ranks)]
+                else:
+                    limits = SchedulerLimits(1, sim.decode_max_batch_seqs, sim.max_queue_per_rank,
+                                             sim.decode_kv_tokens_per_rank)
+                    ranks = [RankScheduler(limits) for _ in range(group.dp_ranks)]
+                out.append(Instance(name, group.layout, layout, group.gpus, ranks))
+        return out
+
+    def _all_keys(self) -> list[tuple[str, int]]:
+        return [(i.name, r) for i in (*self.prefill, *self.decode) for r in range(len(i.ranks))]
+
+    def _state(self, key: tuple[str, int], **load: Any) -> RankState:
+        idx, role = self._where[key[0]]
+        inst = (self.prefill if role == "prefill" else self.decode)[idx]
+        return RankState(key[0], key[1], inst.layout_name, role, **load)  # type: ignore[arg-type]
+
+    def _update(self, key: tuple[str, int], **delta: float) -> None:
+        old = self._states[key]
+        fields = {name: getattr(old, name) + d for name, d in delta.items()}
+        load = {f: getattr(old, f) for f in ("queued_tokens", "queued_work_s", "active_decode_blocks", "running_seqs")}
+        load.update(fields)
+        self._states[key] = self._state(key, **load)
+        self._view = None
+
+    def _cluster(self) -> ClusterView:
+        if self._view is None:
+            self._view = ClusterView(tuple(self._states.values()))
+        return self._view
+
+    # ---- run --------------------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        wall = time.perf_counter()
+        for req in self.source.start():
+            self.queue.push(Arrival(req.arrival_s, req))
+        while self.queue:
+            event = self.queue.pop()
+            self.now = event.time
+            self._events += 1
+            for new in event.handle(self):
+                self.queue.push(new)
+        return self._result(time.perf_counter() - wall)
+
+    def _followups(self, req: Request, now: float) -> list[Event]:
+        if self.progress is not None:
+            self.progress(self.metrics.completed + self.metrics.rejected, self.metrics.arrivals)
+        return [Arrival(r.arrival_s, r) for r in self.source.on_done(req, now)]
+
+    # ---- arrivals and prefill ---------------------------------------------------------------------
+    def on_arrival(self, now: float, req: Request) -> list[Event]:
+        horizon = self.scenario.sim.horizon_s
+        if horizon is not None and now > horizon:
+            return []
+        self.metrics.on_arrival(now)
+        view = RequestView(req.block_hashes, req.prompt_tokens, self.block_tokens, str(req.req_id))
+        decision = self.router.route(view, self._cluster())
+        p_idx, _ = self._where[decision.instance]
+        d_idx, _ = self._where[decision.decode_instance]
+        flight = Flight(req, (p_idx, decision.dp_rank), (d_idx, decision.decode_dp_rank), decision.predicted)
+        inst = self.prefill[p_idx]
+        cached = decision.predicted.total
+        flight.queued_work_s = self.timing.prefill_estimate_s(inst.layout_name, req.prompt_tokens - cached, cached)
+        seq = Sequence(req.req_id, req.prompt_tokens, req.output_tokens, payload=flight)
+        if not inst.ranks[decision.dp_rank].admit(seq):
+            self.metrics.rejected += 1
+            return self._followups(req, now)
+        flight.decode_blocks = math.ceil((req.prompt_tokens + req.output_tokens) / self.block_tokens)
+        self._update(decision.key, queued_tokens=req.prompt_tokens - cached, queued_work_s=flight.queued_work_s)
+        self._update((decision.decode_instance, decision.decode_dp_rank),
+                     active_decode_blocks=flight.decode_blocks, running_seqs=1)
+        return [] if inst.busy else self._start_prefill_step(now, p_idx)
+
+    def _on_prefill_start(self, name: str, rank: int) -> Callable[[Sequence], None]:
+        key = (name, rank)
+
+        def start(seq: Sequence) -> None:
+            flight: Flight = seq.payload
+            req = flight.request
+            hit = self.kv.delivered_hit(key, req.block_hashes, req.prompt_tokens, self.now)
+            flight.delivered = hit
+            flight.prefill_start = self.now
+            seq.computed_tokens = hit.total
+            seq.pool_hbm_tokens = hit.pool_hbm
+            seq.pool_dram_tokens = hit.pool_dram
+
+        return start
+
+    def _start_prefill_step(self, now: float, idx: int) -> list[Event]:
+        inst = self.prefill[idx]
+        plans = [r.schedule_prefill() for r in inst.ranks]
+        if all(p.empty for p in plans):
+            inst.busy = False
+            return []
+        cost = self.timing.step_time("prefill", inst.layout, StepBatch(tuple(p.batch for p in plans)))
+        inst.account(cost, 1)
+        inst.busy, inst.plans = True, plans
+        return [PrefillStepEnd(now + cost.total_s, idx)]
+
+    def on_prefill_step_end(self, now: float, idx: int) -> list[Event]:
+        inst = self.prefill[idx]
+        out: list[Event] = []
+        for r, (sched, plan) in enumerate(zip(inst.ranks, inst.plans, strict=True)):
+            for seq in sched.commit_prefill(plan):
+                out.append(self._prefilled(now, (inst.name, r), seq.payload))
+        return out + self._start_prefill_step(now, idx)
+
+    def _prefilled(self, now: float, key: tuple[str, int], flight: Flight) -> Event:
+        req = flight.request
+        self.kv.store(key, req.block_hashes, flight.delivered.total // self.block_tokens, now)
+        self._update(key, queued_tokens=-(req.prompt_tokens - flight.predicted.total),
+                     queued_work_s=-flight.queued_work_s)
+        flight.prefill_end = now
+        self.metrics.on_prefilled(flight)
+        return KVArrive(now + self.timing.pd_transfer_s(req.prompt_tokens), flight)
+
+    # ---- decode -----------------------------------------------------------------------------------
+    def on_kv_arrive(self, now: float, flight: Flight) -> list[Event]:
+        req = flight.request
+        flight.kv_arrive = now
+        d_idx, rank = flight.decode
+        seq = Sequence(req.req_id, req.prompt_tokens, req.output_tokens, computed_tokens=req.prompt_tokens,
+                       payload=flight)
+        if not self.decode[d_idx].ranks[rank].admit(seq):
+            self.metrics.rejected += 1
+            self._release_decode(flight)
+            return self._followups(req, now)
+        return self._kick_decode(now, d_idx)
+
+    def _kick_decode(self, now: float, idx: int) -> list[Event]:
+        """New work for a decode instance: start a leap if idle, else cut the current leap short at
+        the next step boundary so the newcomer joins the batch there."""
+        leap = self._leaps[idx]
+        if leap is None:
+            return self._start_leap(now, idx)
+        done = math.ceil((now - leap.start) / leap.step_s - 1e-9)
+        if done >= leap.steps:
+            return []
+        self._versions[idx] += 1
+        if done <= 0:
+            self._leaps[idx] = None
+            return self._start_leap(now, idx)
+        self._leaps[idx] = Leap(leap.start, done, leap.step_s, leap.cost, self._versions[idx])
+        return [DecodeLeapEnd(leap.start + done * leap.step_s, idx, self._versions[idx])]
+
+    def _start_leap(self, now: float, idx: int) -> list[Event]:
+        inst = self.decode[idx]
+        plans = [r.schedule_decode() for r in inst.ranks]
+        busy = [p for p in plans if not p.empty]
+        if not busy:
+            inst.busy, self._leaps[idx] = False, None
+            return []
+        steps = min(inst.ranks[r].decode_steps_to_next_finish() for r, p in enumerate(plans) if not p.empty)
+        mid = (steps - 1) // 2  # context grows one token per step: charge the middle step
+        batch = StepBatch(tuple(RankBatch(p.batch.new_tokens, p.batch.cached_tokens + mid) for p in plans))
+        cost = self.timing.step_time("decode", inst.layout, batch)
+        self._versions[idx] += 1
+        inst.busy, inst.plans = True, plans
+        self._leaps[idx] = Leap(now, steps, cost.total_s, cost, self._versions[idx])
+        return [DecodeLeapEnd(now + steps * cost.total_s, idx, self._versions[idx])]
+
+    def on_decode_leap_end(self, now: float, idx: int, version: int) -> list[Event]:
+        leap = self._leaps[idx]
+        if leap is None or version != self._versions[idx]:
+            return []  # superseded by a shorter leap
+        inst = self.decode[idx]
+        inst.account(leap.cost, leap.steps)
+        out: list[Event] = []
+        for sched, plan in zip(inst.ranks, inst.plans, strict=True):
+            if plan.empty:
+                continue
+            for seq in plan.seqs:
+                if seq.generated == 0:
+                    seq.payload.first_token = leap.start + leap.step_s
+            for seq in sched.commit_decode(plan, leap.steps):
+                out.extend(self._finish(now, seq.payload))
+        self._leaps[idx] = None
+        return out + self._start_leap(now, idx)
+
+    def _finish(self, now: float, flight: Flight) -> list[Event]:
+        self.metrics.on_finish(flight, now)
+        self._release_decode(flight)
+        return self._followups(flight.request, now)
+
+    def _release_decode(self, flight: Flight) -> None:
+        d_idx, rank = flight.decode
+        self._update((self.decode[d_idx].name, rank), active_decode_blocks=-flight.decode_blocks, running_seqs=-1)
+
+    # ---- result -----------------------------------------------------------------------------------
+    def _result(self, wall_s: float) -> SimResult:
+        m = self.metrics
+        span = max(m.last_finish - (m.first_arrival if m.arrivals else 0.0), 1e-12)
+        gpus = self.scenario.gpus
+        prompt = max(m.prompt_tokens_prefilled, 1)
+        by_tier = {t: v / prompt for t, v in m.hit_tokens.items()}
+
+        def idle(insts: list[Instance]) -> float:
+            stepping = sum(i.stepping_s * len(i.ranks) for i in insts)
+            return sum(sum(i.rank_idle_s) for i in insts) / stepping if stepping else 0.0
+
+        def util(insts: list[Instance]) -> float:
+            return sum(i.stepping_s for i in insts) / (span * len(insts)) if insts else 0.0
+
+        return SimResult(
+            scenario=self.scenario.name, policy=self.policy, gpus=gpus, arrivals=m.arrivals,
+            completed=m.completed, rejected=m.rejected, span_s=span,
+            throughput_per_gpu=(m.input_tokens + m.output_tokens) / span / gpus,
+            output_tps_per_gpu=m.output_tokens / span / gpus,
+            user_tps_p50=pct(m.user_tps, 50), user_tps_p90=pct(m.user_tps, 10),
+            ttft_p50_s=pct(m.ttft, 50), ttft_p90_s=pct(m.ttft, 90), ttft_p99_s=pct(m.ttft, 99),
+            tpot_p50_s=pct(m.tpot, 50), tpot_p90_s=pct(m.tpot, 90),
+            hit_rate=sum(by_tier.values()), hit_rate_by_tier=by_tier,
+            predicted_hit_rate=m.predicted_hit_tokens / prompt,
+            prefill_idle_frac=idle(self.prefill), decode_idle_frac=idle(self.decode),
+            prefill_util=util(self.prefill), decode_util=util(self.decode),
+            pool_occupancy=self.kv.pool_occupancy(), evictions=self.kv.evictions(),
+            events=self._events, wall_s=wall_s, ttft_samples=list(m.ttft),
+        )
