@@ -1,0 +1,190 @@
+"""PoolClient: what prefill/decode workers use to put and get KV blocks in the rack pool.
+
+Metadata goes through the pool service (gRPC); block bytes go straight to Redis with pipelined
+SET / MGET (Mooncake's master / transfer split). Faults degrade, never raise: a put that cannot
+get space or cannot write reports the blocks as failed (the caller recomputes them); a get
+against a Redis that lost its data or a pool that is down returns misses.
+Malformed requests (caller bugs) raise ValueError with the server's message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+import redis
+
+from rackserve.kv.pool_tiers import PoolTier, PrefixMatch
+from services._proto import kvpool_pb2 as pb
+from services._proto import kvpool_pb2_grpc as pb_grpc
+from services.kvpool.keys import block_key
+
+log = logging.getLogger(__name__)
+
+PB_TO_TIER: dict[int, PoolTier | None] = {pb.TIER_NONE: None, pb.POOL_HBM: "pool_hbm", pb.POOL_DRAM: "pool_dram"}
+_DEGRADED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+@dataclass(frozen=True)
+class PutResult:
+    """`stored`: in the pool now (written by us, or already there / being written by another
+    writer). `failed`: not stored (no space, Redis or pool failure): recompute these next time."""
+
+    stored: tuple[int, ...]
+    written: tuple[int, ...]
+    failed: tuple[int, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+@dataclass(frozen=True)
+class GetResult:
+    """Bytes per requested block (None = miss) and the tier each hit came from."""
+
+    values: tuple[bytes | None, ...]
+    tiers: tuple[PoolTier | None, ...]
+
+    @property
+    def hits(self) -> int:
+        return sum(v is not None for v in self.values)
+
+    def leading(self) -> list[bytes]:
+        """The contiguous hits from the first block: what a prefix reuse can load."""
+        out = []
+        for value in self.values:
+            if value is None:
+                break
+            out.append(value)
+        return out
+
+
+class PoolClient:
+    """Client of one pool service. Thread-safe (gRPC channels and redis-py pools are)."""
+
+    def __init__(self, address: str, owner: str = "client", redis_url: str | None = None,
+                 timeout_s: float = 10.0) -> None:
+        self.owner = owner
+        self.timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 16 * 1024**2)])
+        self._stub = pb_grpc.KVPoolStub(self._channel)
+        health = self._stub.Health(pb.HealthRequest(), timeout=timeout_s, wait_for_ready=True)
+        self.key_prefix = health.key_prefix
+        self.event_stream = health.event_stream
+        self.max_blocks_per_request = health.max_blocks_per_request
+        self.redis = redis.Redis.from_url(redis_url or health.redis_url, socket_timeout=timeout_s)
+
+    # ---- puts -----------------------------------------------------------------------------
+    def put(self, hashes: Sequence[int], values: Sequence[bytes], parent_hash: int | None = None,
+            target_sizes: Sequence[int] | None = None) -> PutResult:
+        """Store blocks of one chain (`parent_hash` precedes hashes[0]); two-phase, never raises
+        for Redis/pool faults. `target_sizes`: bytes each block weighs in the emulated rack."""
+        if len(hashes) != len(values):
+            raise ValueError(f"hashes and values differ in length: {len(hashes)} != {len(values)}")
+        targets = target_sizes or [0] * len(hashes)
+        blocks = [pb.BlockSpec(block_hash=h, size=len(v), target_size=t) for h, v, t in zip(hashes, values, targets, strict=True)]
+        request = pb.ReserveRequest(owner=self.owner, blocks=blocks, has_parent=parent_hash is not None,
+                                    parent_hash=parent_hash or 0)
+        reply = self._call(self._stub.BatchPutReserve, request)
+        if reply is None:
+            return PutResult((), (), tuple(hashes))
+        todo = [i for i, s in enumerate(reply.statuses) if s == pb.PUT_RESERVED]
+        there = [hashes[i] for i, s in enumerate(reply.statuses) if s in (pb.PUT_EXISTS, pb.PUT_PENDING)]
+        refused = [hashes[i] for i, s in enumerate(reply.statuses) if s == pb.PUT_NO_SPACE]
+        if not todo:
+            return PutResult(tuple(there), (), tuple(refused))
+        written = self._write([hashes[i] for i in todo], [values[i] for i in todo])
+        if not written:
+            self._call(self._stub.BatchPutAbort, pb.AbortRequest(txn=reply.txn))
+            return PutResult(tuple(there), (), tuple(refused + [hashes[i] for i in todo]))
+        commit = self._call(self._stub.BatchPutCommit, pb.CommitRequest(txn=reply.txn, written=written))
+        committed = set(commit.committed) if commit is not None else set()
+        lost = [h for h in written if h not in committed]
+        return PutResult(tuple(there + [h for h in written if h in committed]),
+                         tuple(h for h in written if h in committed), tuple(refused + lost))
+
+    def _write(self, hashes: list[int], values: list[bytes]) -> list[int]:
+        pipe = self.redis.pipeline(transaction=False)
+        for h, v in zip(hashes, values, strict=True):
+            pipe.set(block_key(self.key_prefix, h), v)
+        try:
+            pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("pool put: Redis write of %d blocks failed: %s", len(hashes), exc)
+            return []
+        return hashes
+
+    # ---- gets -----------------------------------------------------------------------------
+    def get(self, hashes: Sequence[int]) -> GetResult:
+        """Bytes of each block or None. Hits are leased until read, so eviction cannot race."""
+        if not hashes:
+            return GetResult((), ())
+        reply = self._call(self._stub.BatchGet, pb.GetRequest(block_hashes=hashes, lease=True))
+        if reply is None:
+            return GetResult((None,) * len(hashes), (None,) * len(hashes))
+        tiers = [PB_TO_TIER[t] for t in reply.tiers]
+        hit_idx = [i for i, t in enumerate(tiers) if t is not None]
+        values: list[bytes | None] = [None] * len(hashes)
+        if hit_idx:
+            for i, value in zip(hit_idx, self._read([hashes[i] for i in hit_idx]), strict=True):
+                values[i] = value
+        if reply.lease_id:
+            self._release(reply.lease_id)
+        tiers = [t if v is not None else None for t, v in zip(tiers, values, strict=True)]
+        return GetResult(tuple(values), tuple(tiers))
+
+    def _read(self, hashes: list[int]) -> list[bytes | None]:
+        try:
+            return self.redis.mget([block_key(self.key_prefix, h) for h in hashes])
+        except redis.RedisError as exc:
+            log.warning("pool get: Redis read of %d blocks failed: %s", len(hashes), exc)
+            return [None] * len(hashes)
+
+    def _release(self, lease_id: int) -> None:
+        """Fire-and-forget: an unreleased lease simply expires."""
+        future = self._stub.ReleaseLease.future(pb.ReleaseRequest(lease_id=lease_id), timeout=self.timeout_s)
+        future.add_done_callback(lambda f: f.exception())
+
+    # ---- metadata -------------------------------------------------------------------------
+    def match_prefix(self, hashes: Sequence[int]) -> PrefixMatch:
+        """Leading blocks of a chain present in the pool, and their tiers (no lease, no LRU touch)."""
+        reply = self._call(self._stub.MatchPrefix, pb.MatchPrefixRequest(block_hashes=hashes))
+        if reply is None:
+            return PrefixMatch(0, ())
+        return PrefixMatch(reply.count, tuple(PB_TO_TIER[t] for t in reply.tiers))  # type: ignore[misc]
+
+    def remove(self, hashes: Sequence[int]) -> tuple[int, ...]:
+        reply = self._call(self._stub.Remove, pb.RemoveRequest(block_hashes=hashes))
+        return () if reply is None else tuple(reply.removed)
+
+    def stats(self) -> pb.StatsReply:
+        return self._stub.Stats(pb.StatsRequest(), timeout=self.timeout_s)
+
+    def health(self) -> pb.HealthReply:
+        return self._stub.Health(pb.HealthRequest(), timeout=self.timeout_s)
+
+    def close(self) -> None:
+        self._channel.close()
+        self.redis.close()
+
+    def __enter__(self) -> PoolClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: grpc.UnaryUnaryMultiCallable, request: object) -> object | None:
+        """Unary call; None when the pool is unreachable, ValueError on INVALID_ARGUMENT."""
+        try:
+            return method(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            code = exc.code()  # type: ignore[attr-defined]
+            if code == grpc.StatusCode.INVALID_ARGUMENT:
+                raise ValueError(exc.details()) from None  # type: ignore[attr-defined]
+            if code in _DEGRADED:
+                log.warning("pool unreachable (%s): degrading to a miss", code)
+                return None
+            raise

@@ -1,0 +1,114 @@
+"""The pool at its edges: Redis restarting empty, malformed requests, the process entry point."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import redis
+
+from services import kvevents
+from services._proto import kvpool_pb2 as pb
+from services._proto import kvpool_pb2_grpc as pb_grpc
+from services.kvpool.client import PoolClient
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def wait_for(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+def test_redis_restarting_empty_gives_misses_and_cleared(make_pool, private_redis):
+    server, client = make_pool(redis_url=private_redis.url)
+    hashes = list(range(1, 9))
+    values = [np.random.default_rng(i).bytes(4096) for i in hashes]
+    assert client.put(hashes, values).ok
+    private_redis.kill()
+    assert client.get(hashes).hits == 0  # Redis down: misses, no exception
+    assert not client.put([100], [b"v"]).ok  # and a clean put failure
+    private_redis.start()  # same port, empty
+    wait_for(lambda: client.stats().epoch == 2)
+    assert client.match_prefix(hashes).count == 0 and client.get(hashes).hits == 0
+    assert client.stats().tiers[0].keys == 0
+    fresh = redis.Redis.from_url(private_redis.url)
+    events = [e for _, e in kvevents.read(fresh, stream=server.store.stream)]
+    assert [(e.kind, e.tier) for e in events[:2]] == [("cleared", "pool_hbm"), ("cleared", "pool_dram")]
+    assert events[0].seq > 2  # numbering continues: the router sees a gap, then `cleared`
+    assert client.put(hashes, values).ok  # serving again
+    assert client.get(hashes).values == tuple(values)
+    fresh.close()
+
+
+@pytest.mark.parametrize(
+    ("blocks", "owner", "field"),
+    [
+        ([pb.BlockSpec(block_hash=1, size=10), pb.BlockSpec(block_hash=1, size=10)], "w", "blocks.block_hash[1]"),
+        ([pb.BlockSpec(block_hash=1, size=0)], "w", "blocks[0].size"),
+        ([pb.BlockSpec(block_hash=1, size=10)], "", "owner"),
+        ([pb.BlockSpec(block_hash=i, size=10) for i in range(101)], "w", "blocks: 101 entries"),
+    ],
+)
+def test_malformed_puts_are_invalid_argument(make_pool, blocks, owner, field):
+    _, client = make_pool(max_blocks_per_request=100)
+    stub = pb_grpc.KVPoolStub(client._channel)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.BatchPutReserve(pb.ReserveRequest(owner=owner, blocks=blocks))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field in err.value.details()
+
+
+def test_oversized_reads_are_invalid_argument_and_client_raises_valueerror(make_pool):
+    _, client = make_pool(max_blocks_per_request=100)
+    with pytest.raises(ValueError, match="block_hashes: 101 entries"):
+        client.get(list(range(101)))
+    with pytest.raises(ValueError, match="block_hashes: 500 entries"):
+        client.match_prefix(list(range(500)))
+    assert client.get(list(range(100))).hits == 0  # at the limit is fine
+
+
+def test_entry_point_serves_grpc_and_metrics(redis_server):
+    tag = uuid.uuid4().hex[:8]
+    cmd = [sys.executable, "-m", "services.kvpool", "--redis-url", redis_server, "--port", "0",
+           "--metrics-port", "0", "--key-prefix", f"test:{tag}:kv:", "--event-stream", f"test:{tag}:ev"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = _ready_line(proc)
+        fields = dict(part.split("=", 1) for part in line.split()[2:])
+        with PoolClient(fields["grpc"], owner="entry") as client:
+            assert client.put([7, 8], [b"a" * 100, b"b" * 50]).ok
+            assert client.get([7, 8]).values == (b"a" * 100, b"b" * 50)
+            assert client.health().serving
+        text = urllib.request.urlopen(f"http://{fields['metrics']}/metrics", timeout=5).read().decode()
+        assert 'rackserve_kvpool_keys{tier="pool_hbm"} 2.0' in text.splitlines()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+
+
+def _ready_line(proc: subprocess.Popen, timeout_s: float = 30.0) -> str:
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if sel.select(timeout=0.5):
+            line = proc.stdout.readline()
+            if line.startswith("KVPOOL READY"):
+                return line.strip()
+            assert line, f"kvpool exited with {proc.poll()} before it was ready"
+    raise AssertionError("kvpool did not print its READY line")
