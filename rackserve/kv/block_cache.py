@@ -65,8 +65,14 @@ class BlockCache:
         return len(self._free)
 
     def stats(self) -> CacheStats:
-        return CacheStats(self.num_blocks, len(self._free), len(self._by_hash), self._hits,
-                          self._queries, self._evictions)
+        return CacheStats(
+            self.num_blocks,
+            len(self._free),
+            len(self._by_hash),
+            self._hits,
+            self._queries,
+            self._evictions,
+        )
 
     def ref_count(self, block_id: int) -> int:
         return int(self._ref[block_id])
@@ -81,7 +87,9 @@ class BlockCache:
             return None
         return block
 
-    def match_prefix(self, hashes: Sequence[int], token_blocks: Sequence[Sequence[int]]) -> list[int]:
+    def match_prefix(
+        self, hashes: Sequence[int], token_blocks: Sequence[Sequence[int]]
+    ) -> list[int]:
         """Block ids of the longest cached prefix of a chain (no side effects)."""
         found: list[int] = []
         for block_hash, tokens in zip(hashes, token_blocks, strict=True):
@@ -126,7 +134,9 @@ class BlockCache:
                 self._free[block] = None
 
     # -- content ----------------------------------------------------------------------------
-    def commit(self, block_id: int, block_hash: int, tokens: Sequence[int], parent: int | None) -> bool:
+    def commit(
+        self, block_id: int, block_hash: int, tokens: Sequence[int], parent: int | None
+    ) -> bool:
         """Mark a referenced, full block as caching `block_hash`. Returns False (and caches nothing)
         when another block already caches that hash: the first copy stays the findable one."""
         assert self._ref[block_id] > 0, "only a referenced block can be committed"

@@ -36,7 +36,9 @@ def decode_block(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(K, V) of a serialized block, checked against the expected shape and model fingerprint."""
     if len(data) < HEADER_BYTES:
-        raise ValueError(f"kv block: {len(data)} bytes is shorter than the {HEADER_BYTES}-byte header")
+        raise ValueError(
+            f"kv block: {len(data)} bytes is shorter than the {HEADER_BYTES}-byte header"
+        )
     magic, version, code, n_layers, block_size, head_dim, model, size = _HEADER.unpack_from(data)
     if magic != MAGIC:
         raise ValueError(f"kv block: bad magic {magic!r}, expected {MAGIC!r}")
@@ -45,12 +47,18 @@ def decode_block(
     if code not in _DTYPES:
         raise ValueError(f"kv block: unknown dtype code {code}")
     if (n_layers, block_size, head_dim) != tuple(shape):
-        raise ValueError(f"kv block: shape {(n_layers, block_size, head_dim)} != expected {tuple(shape)}")
+        raise ValueError(
+            f"kv block: shape {(n_layers, block_size, head_dim)} != expected {tuple(shape)}"
+        )
     if model != fingerprint:
         raise ValueError(f"kv block: model fingerprint {model:#x} != expected {fingerprint:#x}")
     dtype = _DTYPES[code]
     expected = 2 * n_layers * block_size * head_dim * dtype.itemsize
     if size != expected or len(data) - HEADER_BYTES != expected:
-        raise ValueError(f"kv block: payload is {len(data) - HEADER_BYTES} bytes, expected {expected}")
-    arrays = np.frombuffer(data, dtype, offset=HEADER_BYTES).reshape(2, n_layers, block_size, head_dim)
+        raise ValueError(
+            f"kv block: payload is {len(data) - HEADER_BYTES} bytes, expected {expected}"
+        )
+    arrays = np.frombuffer(data, dtype, offset=HEADER_BYTES).reshape(
+        2, n_layers, block_size, head_dim
+    )
     return arrays[0].astype(np.float32), arrays[1].astype(np.float32)

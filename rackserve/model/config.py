@@ -40,9 +40,22 @@ class ModelConfig:
     max_context: int = 4096
 
     def __post_init__(self) -> None:
-        positive = ("vocab_size", "d_model", "n_layers", "n_q_heads", "head_dim", "n_experts",
-                    "top_k", "expert_hidden", "shared_hidden", "engram_heads_per_ngram",
-                    "engram_rows", "engram_dim", "block_size", "max_context")
+        positive = (
+            "vocab_size",
+            "d_model",
+            "n_layers",
+            "n_q_heads",
+            "head_dim",
+            "n_experts",
+            "top_k",
+            "expert_hidden",
+            "shared_hidden",
+            "engram_heads_per_ngram",
+            "engram_rows",
+            "engram_dim",
+            "block_size",
+            "max_context",
+        )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -50,8 +63,12 @@ class ModelConfig:
             raise ValueError(f"top_k ({self.top_k}) must not exceed n_experts ({self.n_experts})")
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
-        if len(self.engram_layers) != 2 or not all(0 <= i < self.n_layers for i in self.engram_layers):
-            raise ValueError(f"engram_layers must be two layer indices below n_layers, got {self.engram_layers}")
+        if len(self.engram_layers) != 2 or not all(
+            0 <= i < self.n_layers for i in self.engram_layers
+        ):
+            raise ValueError(
+                f"engram_layers must be two layer indices below n_layers, got {self.engram_layers}"
+            )
         if not self.engram_ngrams or min(self.engram_ngrams) < 2:
             raise ValueError(f"engram_ngrams must be n-gram sizes >= 2, got {self.engram_ngrams}")
 

@@ -91,8 +91,13 @@ class Engine:
     """Requests in, tokens out, for one rank with its own paged KV and block cache."""
 
     def __init__(
-        self, cfg: ModelConfig, transformer: Transformer, num_blocks: int, chunk_tokens: int = 512,
-        max_batch_seqs: int = 64, publisher: Publisher | None = None,
+        self,
+        cfg: ModelConfig,
+        transformer: Transformer,
+        num_blocks: int,
+        chunk_tokens: int = 512,
+        max_batch_seqs: int = 64,
+        publisher: Publisher | None = None,
         on_event: Callable[[KVEvent], None] | None = None,
     ) -> None:
         if chunk_tokens <= 0 or max_batch_seqs <= 0:
@@ -109,7 +114,11 @@ class Engine:
 
     @classmethod
     def from_config(
-        cls, cfg: ModelConfig, engram: EngramTable | None = None, num_blocks: int = 4096, **kwargs: object
+        cls,
+        cfg: ModelConfig,
+        engram: EngramTable | None = None,
+        num_blocks: int = 4096,
+        **kwargs: object,
     ) -> Engine:
         table = engram if engram is not None else LocalEngramTable(cfg)
         return cls(cfg, Transformer(cfg, init_weights(cfg), table), num_blocks, **kwargs)
@@ -135,27 +144,43 @@ class Engine:
     def export_prefix(self, token_ids: Sequence[int]) -> list[tuple[int, bytes]]:
         hashes, blocks = self._chain(token_ids)
         found = self.cache.match_prefix(hashes, blocks)
-        return [(h, encode_block(*self.kv.read_block(b), self.cfg.fingerprint)) for h, b in zip(hashes, found)]
+        return [
+            (h, encode_block(*self.kv.read_block(b), self.cfg.fingerprint))
+            for h, b in zip(hashes, found, strict=False)
+        ]
 
     # -- admission ---------------------------------------------------------------------------
     def add_request(
-        self, request_id: str, prompt_ids: Sequence[int], params: SamplingParams,
-        output_ids: Sequence[int] = (), kv_blocks: Sequence[tuple[int, bytes]] = (),
+        self,
+        request_id: str,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        output_ids: Sequence[int] = (),
+        kv_blocks: Sequence[tuple[int, bytes]] = (),
     ) -> Admission:
         tokens = self._validate(request_id, prompt_ids, output_ids, params)
         hashes, blocks = self._chain(tokens)
         imported_before = self._imported
         held = self._import(hashes, blocks, kv_blocks)
         found = self.cache.match_prefix(hashes, blocks)
-        usable = found[: (len(tokens) - 1) // self.cfg.block_size]  # the last token is always computed
+        usable = found[
+            : (len(tokens) - 1) // self.cfg.block_size
+        ]  # the last token is always computed
         self.cache.acquire(usable)
         self.cache.release(held)
         self.cache.record_lookup(len(hashes), len(usable))
         seed = params.seed if params.seed is not None else xxhash.xxh64_intdigest(request_id) >> 1
         cached = len(usable) * self.cfg.block_size
         self._requests[request_id] = Request(
-            request_id, tokens, len(prompt_ids), params, seed, list(usable),
-            hashes[: len(usable)], cached, cached,
+            request_id,
+            tokens,
+            len(prompt_ids),
+            params,
+            seed,
+            list(usable),
+            hashes[: len(usable)],
+            cached,
+            cached,
         )
         self._reused += cached
         return Admission(request_id, len(tokens), cached, self._imported - imported_before)
@@ -168,7 +193,11 @@ class Engine:
         self.cache.release(request.block_ids)
 
     def _validate(
-        self, request_id: str, prompt_ids: Sequence[int], output_ids: Sequence[int], params: SamplingParams
+        self,
+        request_id: str,
+        prompt_ids: Sequence[int],
+        output_ids: Sequence[int],
+        params: SamplingParams,
     ) -> list[int]:
         if request_id in self._requests:
             raise ValueError(f"request_id {request_id!r} is already running")
@@ -185,7 +214,9 @@ class Engine:
                 f"prompt_ids: {len(tokens)} tokens leave no room below max_context {self.cfg.max_context}"
             )
         if len(output_ids) >= params.max_tokens:
-            raise ValueError(f"output_ids: {len(output_ids)} tokens already reach max_tokens {params.max_tokens}")
+            raise ValueError(
+                f"output_ids: {len(output_ids)} tokens already reach max_tokens {params.max_tokens}"
+            )
         return tokens
 
     def _chain(self, token_ids: Sequence[int]) -> tuple[list[int], list[list[int]]]:
@@ -200,12 +231,16 @@ class Engine:
         """Write given blocks into the cache (those not cached yet); returns every block of the given
         prefix found or written, each holding one extra reference until admission is done."""
         if len(kv_blocks) > len(hashes):
-            raise ValueError(f"kv_blocks: {len(kv_blocks)} blocks for a sequence of {len(hashes)} full blocks")
+            raise ValueError(
+                f"kv_blocks: {len(kv_blocks)} blocks for a sequence of {len(hashes)} full blocks"
+            )
         shape = (self.cfg.n_layers, self.cfg.block_size, self.cfg.head_dim)
         held: list[int] = []
         for i, (block_hash, data) in enumerate(kv_blocks):
             if block_hash != hashes[i]:
-                raise ValueError(f"kv_blocks[{i}]: hash {block_hash:#x} is not block {i} of the prompt")
+                raise ValueError(
+                    f"kv_blocks[{i}]: hash {block_hash:#x} is not block {i} of the prompt"
+                )
             present = self.cache.find(block_hash, blocks[i])
             if present is not None:  # hold it so importing the next blocks cannot evict it
                 self.cache.acquire([present])
@@ -232,11 +267,15 @@ class Engine:
         decode = sum(1 for r, _ in scheduled if r.is_decoding)
         total = sum(n for _, n in scheduled)
         logits = self.model.forward(self.kv, [self._segment(r, n) for r, n in scheduled])
-        outputs = tuple(self._advance(r, n, row) for (r, n), row in zip(scheduled, logits, strict=True))
+        outputs = tuple(
+            self._advance(r, n, row) for (r, n), row in zip(scheduled, logits, strict=True)
+        )
         self._computed += total
         return StepResult(outputs, total - decode, decode, len(scheduled))
 
-    def generate(self, requests: Sequence[tuple[str, Sequence[int], SamplingParams]]) -> dict[str, list[int]]:
+    def generate(
+        self, requests: Sequence[tuple[str, Sequence[int], SamplingParams]]
+    ) -> dict[str, list[int]]:
         """Convenience: add all, step until done, return each request's output tokens."""
         out: dict[str, list[int]] = {}
         for request_id, prompt, params in requests:
@@ -274,7 +313,9 @@ class Engine:
     def _advance(self, request: Request, n: int, logits: np.ndarray) -> TokenOutput:
         """Count computed tokens, cache newly full blocks, sample if caught up, finish if done."""
         request.num_computed += n
-        for index, block_hash, parent, tokens in request.next_full_blocks(self.cfg.block_size, self._root):
+        for index, block_hash, parent, tokens in request.next_full_blocks(
+            self.cfg.block_size, self._root
+        ):
             self.cache.commit(request.block_ids[index], block_hash, tokens, parent)
         token = None
         if request.num_pending == 0:
@@ -284,14 +325,22 @@ class Engine:
         if request.finish_reason is not None:
             self.free(request.request_id)
         return TokenOutput(
-            request.request_id, token, logits if token is not None else None,
-            request.finish_reason is not None, request.finish_reason, n, request.num_cached,
+            request.request_id,
+            token,
+            logits if token is not None else None,
+            request.finish_reason is not None,
+            request.finish_reason,
+            n,
+            request.num_cached,
             request.num_outputs,
         )
 
     def _finish_reason(self, request: Request, token: int) -> str | None:
         if token == EOS and not request.params.ignore_eos:
             return "stop"
-        if request.num_outputs >= request.params.max_tokens or len(request.token_ids) >= self.cfg.max_context:
+        if (
+            request.num_outputs >= request.params.max_tokens
+            or len(request.token_ids) >= self.cfg.max_context
+        ):
             return "length"
         return None

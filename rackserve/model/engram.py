@@ -72,7 +72,9 @@ def engram_row_ids(token_ids: np.ndarray, cfg: ModelConfig) -> np.ndarray:
     return rows
 
 
-def engram_row_ids_span(token_ids: np.ndarray, start: int, stop: int, cfg: ModelConfig) -> np.ndarray:
+def engram_row_ids_span(
+    token_ids: np.ndarray, start: int, stop: int, cfg: ModelConfig
+) -> np.ndarray:
     """Rows for positions [start, stop) of a sequence, reading only the tokens those n-grams need."""
     lo = max(0, start - (max(cfg.engram_ngrams) - 1))
     return engram_row_ids(np.asarray(token_ids[lo:stop]), cfg)[start - lo :]

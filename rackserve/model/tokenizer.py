@@ -71,7 +71,9 @@ def apply_chat_template(
     for n, message in enumerate(messages):
         role = message.get("role")
         if role not in ROLE_TOKENS:
-            raise ValueError(f"messages[{n}].role must be one of {sorted(ROLE_TOKENS)}, got {role!r}")
+            raise ValueError(
+                f"messages[{n}].role must be one of {sorted(ROLE_TOKENS)}, got {role!r}"
+            )
         content = message.get("content")
         if not isinstance(content, str):
             raise ValueError(f"messages[{n}].content must be a string")

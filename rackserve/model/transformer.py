@@ -126,7 +126,10 @@ class Transformer:
         bs = self.cfg.block_size
         offsets = np.concatenate([[0], np.cumsum([len(s.token_ids) for s in segments])])
         slots = np.concatenate(
-            [s.block_table[np.arange(s.start, s.end) // bs] * bs + np.arange(s.start, s.end) % bs for s in segments]
+            [
+                s.block_table[np.arange(s.start, s.end) // bs] * bs + np.arange(s.start, s.end) % bs
+                for s in segments
+            ]
         )
         singles = [s for s in segments if len(s.token_ids) == 1]
         rows = offsets[:-1][[len(s.token_ids) == 1 for s in segments]]
@@ -138,12 +141,19 @@ class Transformer:
         width = tables.shape[1] * bs
         pad = np.arange(width)[None, :] >= lengths[:, None]
         bias = np.where(pad, NEG_INF, np.float32(0))[:, None, :] if pad.any() else None
-        multi = [(offsets[i], offsets[i + 1], s) for i, s in enumerate(segments) if len(s.token_ids) > 1]
+        multi = [
+            (offsets[i], offsets[i + 1], s) for i, s in enumerate(segments) if len(s.token_ids) > 1
+        ]
         return _Plan(slots, rows, tables, bias, multi)
 
     def _attention(
-        self, kv: PagedKV, index: int, layer: LayerWeights, x: np.ndarray,
-        positions: np.ndarray, plan: _Plan,
+        self,
+        kv: PagedKV,
+        index: int,
+        layer: LayerWeights,
+        x: np.ndarray,
+        positions: np.ndarray,
+        plan: _Plan,
     ) -> np.ndarray:
         cfg = self.cfg
         h = rms_norm(x, layer.attn_norm, cfg.norm_eps)
@@ -167,7 +177,9 @@ class Transformer:
             scores += plan.decode_bias
         return np.matmul(_softmax_inplace(scores), values)
 
-    def _prefill_attention(self, kv: PagedKV, index: int, q: np.ndarray, seg: Segment) -> np.ndarray:
+    def _prefill_attention(
+        self, kv: PagedKV, index: int, q: np.ndarray, seg: Segment
+    ) -> np.ndarray:
         """Causal attention of a segment's queries over its whole context, in query tiles."""
         nb = -(-seg.end // self.cfg.block_size)
         keys, values = kv.gather(index, seg.block_table[:nb])
@@ -191,7 +203,11 @@ class Transformer:
         cfg = self.cfg
         k = cfg.top_k
         logits = h @ layer.router  # [T, E]
-        top = np.argpartition(-logits, k - 1, axis=1)[:, :k] if k < cfg.n_experts else np.tile(np.arange(k), (len(h), 1))
+        top = (
+            np.argpartition(-logits, k - 1, axis=1)[:, :k]
+            if k < cfg.n_experts
+            else np.tile(np.arange(k), (len(h), 1))
+        )
         scores = np.sqrt(np.logaddexp(np.float32(0), np.take_along_axis(logits, top, axis=1)))
         weights = scores / scores.sum(axis=1, keepdims=True) * np.float32(cfg.routed_scale)
         out = silu_mul(h @ layer.shared_w13) @ layer.shared_w2

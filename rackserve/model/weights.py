@@ -44,7 +44,9 @@ class ModelWeights:
     lm_bias: np.ndarray  # [vocab]: a prior toward printable text, so random weights read as text
 
 
-def _normal(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, gain: float = 1.0) -> np.ndarray:
+def _normal(
+    rng: np.random.Generator, shape: tuple[int, ...], fan_in: int, gain: float = 1.0
+) -> np.ndarray:
     w = rng.standard_normal(shape, dtype=np.float32)
     w *= np.float32(gain / np.sqrt(fan_in))
     return w
@@ -55,7 +57,9 @@ def _layer(cfg: ModelConfig, rng: np.random.Generator, index: int) -> LayerWeigh
     engram = None
     if index in cfg.engram_layers:
         width = cfg.engram_heads * cfg.engram_dim
-        engram = EngramWeights(_normal(rng, (width, d), width), _normal(rng, (width, d), width, 0.5))
+        engram = EngramWeights(
+            _normal(rng, (width, d), width), _normal(rng, (width, d), width, 0.5)
+        )
     return LayerWeights(
         attn_norm=np.ones(d, np.float32),
         wq=_normal(rng, (d, cfg.n_q_heads * hd), d),

@@ -1,0 +1,43 @@
+"""ModelConfig validation and deterministic weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rackserve.config import EngineSection, EngramSection
+from rackserve.model.config import ModelConfig
+from rackserve.model.weights import init_weights
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"d_model": 0}, "d_model"),
+        ({"top_k": 9}, "top_k"),
+        ({"head_dim": 33}, "head_dim"),
+        ({"engram_layers": (1, 7)}, "engram_layers"),
+    ],
+)
+def test_bad_shapes_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        ModelConfig(**kwargs)
+
+
+def test_weights_are_deterministic_from_the_seed():
+    cfg = ModelConfig(n_layers=2, engram_layers=(0, 1))
+    a, b, c = init_weights(cfg), init_weights(cfg), init_weights(cfg, seed=1)
+    assert np.array_equal(a.layers[1].experts_w13, b.layers[1].experts_w13)
+    assert not np.array_equal(a.layers[1].experts_w13, c.layers[1].experts_w13)
+    assert a.layers[0].wq.dtype == np.float32
+
+
+def test_from_sections_and_fingerprint():
+    cfg = ModelConfig.from_sections(
+        EngineSection(block_size=32, seed=5), EngramSection(table_rows=1000)
+    )
+    assert (cfg.block_size, cfg.seed, cfg.engram_rows) == (32, 5, 1000)
+    assert (
+        cfg.fingerprint
+        != ModelConfig.from_sections(EngineSection(block_size=32, seed=6)).fingerprint
+    )
