@@ -1,0 +1,126 @@
+"""Benchmark summary: vLLM `bench serve` field names, latencies converted to simulated seconds.
+
+A wall-clock interval becomes simulated seconds by dividing by the cluster's time_scale (wall
+seconds per simulated second). An unpaced cluster (time_scale 0) has no simulated clock: then the
+numbers stay wall seconds and `clock` says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import numpy as np
+
+from services.bench.outcome import Outcome
+
+PERCENTILES = (90, 99)
+LATENCIES = (("ttft", "TTFT", "Time to First Token"), ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
+             ("itl", "ITL", "Inter-token Latency"), ("e2el", "E2EL", "End-to-end Latency"))  # fmt: skip
+
+
+def to_sim(wall_s: float, time_scale: float) -> float:
+    return wall_s / time_scale if time_scale > 0 else wall_s
+
+
+def _stats(name: str, values_s: Sequence[float]) -> dict[str, float]:
+    ms = np.asarray(values_s, dtype=float) * 1000.0
+    if ms.size == 0:
+        ms = np.zeros(1)
+    out = {f"mean_{name}_ms": float(ms.mean()), f"median_{name}_ms": float(np.median(ms)),
+           f"std_{name}_ms": float(ms.std())}  # fmt: skip
+    for p in PERCENTILES:
+        out[f"p{p}_{name}_ms"] = float(np.percentile(ms, p))
+    return out
+
+
+def summarize(
+    outcomes: Sequence[Outcome],
+    wall_duration_s: float,
+    time_scale: float,
+    *,
+    model_id: str,
+    request_rate: float | None = None,
+    max_concurrency: int | None = None,
+    rank_idle_pct: float | None = None,
+) -> dict:
+    """The result JSON (vLLM names + rackserve extras) of a finished or interrupted run."""
+    ok = [o for o in outcomes if o.success]
+    sim = lambda s: to_sim(s, time_scale)  # noqa: E731
+    duration = sim(wall_duration_s) if wall_duration_s > 0 else 0.0
+    per_s = (lambda n: n / duration) if duration > 0 else (lambda n: 0.0)
+    total_in = sum(o.prompt_tokens for o in ok)
+    total_out = sum(o.output_tokens for o in ok)
+    cached = sum(o.cached_tokens for o in ok)
+    ttfts = [sim(o.ttft_wall) for o in ok if o.ttft_wall is not None]
+    tpots = [sim(o.tpot_wall) for o in ok if o.tpot_wall is not None]
+    itls = [sim(x) for o in ok for x in o.itls_wall]
+    e2els = [sim(o.e2e_wall) for o in ok]
+    result = {
+        "date": datetime.now(UTC).strftime("%Y%m%d-%H%M%S"),
+        "backend": "openai",
+        "model_id": model_id,
+        "num_prompts": len(outcomes),
+        "request_rate": request_rate if request_rate is not None else "inf",
+        "max_concurrency": max_concurrency,
+        "duration": duration,
+        "completed": len(ok),
+        "failed": len(outcomes) - len(ok),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": per_s(len(ok)),
+        "output_throughput": per_s(total_out),
+        "total_token_throughput": per_s(total_in + total_out),
+        "input_lens": [o.prompt_tokens for o in ok],
+        "output_lens": [o.output_tokens for o in ok],
+        "ttfts": ttfts,
+        "itls": [[sim(x) for x in o.itls_wall] for o in ok],
+        "errors": [o.error for o in outcomes if not o.success],
+    }
+    for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
+        result |= _stats(name, values)
+    result |= {
+        "clock": "simulated" if time_scale > 0 else "wall (unpaced cluster)",
+        "time_scale": time_scale,
+        "wall_duration": wall_duration_s,
+        "total_cached_input_tokens": cached,
+        "cached_token_share": cached / total_in if total_in else 0.0,
+        "rank_idle_pct": rank_idle_pct,
+        "output_tok_per_s_per_user": per_user_speeds(ok, time_scale),
+    }
+    return result
+
+
+def per_user_speeds(outcomes: Sequence[Outcome], time_scale: float) -> list[float]:
+    """Each stream's output tokens/s after its first token (= 1 / TPOT), simulated."""
+    return [1.0 / to_sim(o.tpot_wall, time_scale) for o in outcomes if o.tpot_wall]
+
+
+def format_summary(r: dict) -> str:
+    """The familiar `vllm bench serve` table, plus the twin's cached share and rank idle time."""
+    unit = "" if r["clock"] == "simulated" else " [wall]"
+    rows = [
+        ("Successful requests:", r["completed"]),
+        ("Failed requests:", r["failed"]),
+        (f"Benchmark duration (s){unit}:", f"{r['duration']:.2f}"),
+        ("Total input tokens:", r["total_input_tokens"]),
+        ("Total generated tokens:", r["total_output_tokens"]),
+        ("Request throughput (req/s):", f"{r['request_throughput']:.2f}"),
+        ("Output token throughput (tok/s):", f"{r['output_throughput']:.2f}"),
+        ("Total Token throughput (tok/s):", f"{r['total_token_throughput']:.2f}"),
+        ("Cached input token share (%):", f"{100 * r['cached_token_share']:.1f}"),
+        (
+            "Rank idle time (%):",
+            "n/a" if r["rank_idle_pct"] is None else f"{r['rank_idle_pct']:.1f}",
+        ),
+    ]
+    lines = ["{s:{c}^50}".format(s=" Serving Benchmark Result ", c="=")]
+    lines += [f"{k:<40}{v:<10}" for k, v in rows]
+    for key, short, title in LATENCIES:
+        lines.append("{s:{c}^50}".format(s=title, c="-"))
+        lines.append(f"{f'Mean {short} (ms):':<40}{r[f'mean_{key}_ms']:<10.2f}")
+        lines.append(f"{f'Median {short} (ms):':<40}{r[f'median_{key}_ms']:<10.2f}")
+        for p in PERCENTILES:
+            lines.append(f"{f'P{p} {short} (ms):':<40}{r[f'p{p}_{key}_ms']:<10.2f}")
+    lines.append("=" * 50)
+    return "\n".join(lines)
