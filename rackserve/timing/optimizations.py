@@ -1,0 +1,88 @@
+"""Kernel optimization switches of the Rubin deployment, and the presets that bundle them.
+
+Each switch changes the cost through its mechanism inside step_cost.py (never a fixed percentage):
+  domain-local      MoE weights, LM head, combine buffer, mHC residual and KV stay in the reading
+                    die's memory domain (no remote-domain reads).
+  megamoe-tiles     MegaMoE sizes grouped-GEMM tiles by the busiest EP rank's tokens per expert
+                    (less padding than fixed 128-row tiles).
+  megagate          MegaGate: exact sqrt-softplus only for experts that can still enter the top-k.
+  fp8xfp4-k64       SM107 K64 FP8xFP4 MMA: routed experts run at the FP4 rate instead of FP8.
+  fp4-indexer       K128 FP4 MMA in the sparse-attention indexer (FP4 rate instead of FP8).
+  attn-overlap      MegaAttn: tensor cores do not wait on loads (max(load, math), not partly summed).
+  split-k           decode GEMMs split K across the cluster so every SM streams weights.
+  sentinel-combine  combine waits on a sentinel instead of a barrier (one NVLink latency less).
+  tp8-packed-fp4    TP8: packed FP4 weight stages, 11 pipeline stages instead of 7 (more bytes in flight).
+  shared-in-routed  shared expert packed into the routed GEMM below 16 rows (one kernel less).
+  fused-ar-mhc      TP8: all-reduce and mHC residual update fused in one pass.
+  kv-gather-ahead   sparse-MLA KV gathered ahead of use (gather latency hidden).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+SWITCHES = (
+    "domain-local",
+    "megamoe-tiles",
+    "megagate",
+    "fp8xfp4-k64",
+    "fp4-indexer",
+    "attn-overlap",
+    "split-k",
+    "sentinel-combine",
+    "tp8-packed-fp4",
+    "shared-in-routed",
+    "fused-ar-mhc",
+    "kv-gather-ahead",
+)
+
+
+@dataclass(frozen=True)
+class Optimizations:
+    domain_local: bool = False
+    megamoe_tiles: bool = False
+    megagate: bool = False
+    fp8xfp4_k64: bool = False
+    fp4_indexer: bool = False
+    attn_overlap: bool = False
+    split_k: bool = False
+    sentinel_combine: bool = False
+    tp8_packed_fp4: bool = False
+    shared_in_routed: bool = False
+    fused_ar_mhc: bool = False
+    kv_gather_ahead: bool = False
+
+    def enabled(self) -> list[str]:
+        return [f.name.replace("_", "-") for f in fields(self) if getattr(self, f.name)]
+
+    def with_switch(self, name: str, on: bool = True) -> Optimizations:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values[_attr(name)] = on
+        return Optimizations(**values)
+
+
+PRESETS: dict[str, Optimizations] = {
+    "baseline": Optimizations(),  # GB300-era kernels
+    "rubin-optimized": Optimizations(**{_n.replace("-", "_"): True for _n in SWITCHES}),
+}
+
+
+def _attr(name: str) -> str:
+    if name not in SWITCHES:
+        raise ValueError(f"optimizations: unknown switch {name!r} (known: {', '.join(SWITCHES)})")
+    return name.replace("-", "_")
+
+
+def parse_optimizations(text: str) -> Optimizations:
+    """'baseline' | 'rubin-optimized' | 'switch,switch' | 'baseline,+switch' | 'rubin-optimized,-switch'."""
+    opts = Optimizations()
+    for item in (part.strip() for part in text.split(",")):
+        if not item or item == "none":
+            continue
+        if item in PRESETS:
+            opts = PRESETS[item]
+        elif item[0] in "+-":
+            opts = opts.with_switch(item[1:], item[0] == "+")
+        else:
+            opts = opts.with_switch(item, True)
+    return opts

@@ -1,0 +1,257 @@
+"""Hardware and model specs: YAML data under specs/ loaded into typed, validated, frozen objects.
+
+Every number in the YAML carries its source in a comment; load errors name the file and the field.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+SPEC_DIR = Path(__file__).parent / "specs"
+Dtype = Literal["fp4", "fp8", "bf16"]
+
+# Bytes per stored element. NVFP4 keeps one FP8 scale per 16 values: 0.5 + 1/16 = 0.53125, which is
+# exactly REFERENCE's 18,800,640 B per routed expert (3 x 5120 x 2304 weights).
+DTYPE_BYTES: dict[str, float] = {"fp4": 0.53125, "fp8": 1.0, "bf16": 2.0}
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PeakFlops(_Spec):
+    fp4: float | None = Field(None, gt=0, description="dense NVFP4 FLOP/s (None: no FP4 tensor cores)")
+    fp8: float = Field(gt=0)
+    bf16: float = Field(gt=0)
+    vector_fp32: float = Field(gt=0, description="non-tensor FP32 FLOP/s")
+
+
+class GemmCompute(_Spec):
+    bf16: float = Field(gt=0, le=1)
+    fp8: float = Field(gt=0, le=1)
+    fp4: float | None = Field(None, gt=0, le=1)
+
+
+class Efficiency(_Spec):
+    """Achieved fractions of peak per kernel class (calibrated on the H200, public starts elsewhere)."""
+
+    gemm_compute: GemmCompute
+    grouped_compute: float = Field(gt=0, le=1)
+    gemm_memory: float = Field(gt=0, le=1)
+    grouped_memory: float = Field(gt=0, le=1)
+    attention_memory: float = Field(gt=0, le=1)
+    attention_compute: float = Field(gt=0, le=1)
+    hbm: float = Field(gt=0, le=1)
+    nvlink: float = Field(gt=0, le=1)
+    attention_overlap: float = Field(ge=0, le=1)
+
+
+class Microarch(_Spec):
+    kernel_overhead_s: float = Field(ge=0)
+    per_sm_bw_bytes_per_s: float = Field(gt=0)
+    smem_stage_bytes: int = Field(gt=0)
+    mem_latency_s: float = Field(ge=0)
+    gather_latency_s: float = Field(ge=0)
+    tile_m: int = Field(gt=0)
+
+
+class HardwareSpec(_Spec):
+    """One GPU of a rack: peaks, memory domains, links, and the achieved-fraction parameters."""
+
+    name: str
+    hbm_bytes: float = Field(gt=0)
+    hbm_bw_bytes_per_s: float = Field(gt=0)
+    memory_domains: int = Field(ge=1, le=2)
+    remote_domain_bw_factor: float = Field(gt=0, le=1)
+    die_to_die_bw_bytes_per_s: float = Field(gt=0)
+    sm_count: int = Field(gt=0)
+    peak_flops: PeakFlops
+    nvlink_bw_bytes_per_s: float = Field(gt=0, description="per GPU, each direction")
+    nvlink_latency_s: float = Field(ge=0)
+    allreduce_latency_s: float = Field(ge=0)
+    cross_tray_latency_s: float = Field(ge=0)
+    host_link_bw_bytes_per_s: float = Field(gt=0)
+    host_dram_bw_bytes_per_s: float = Field(gt=0)
+    efficiency: Efficiency
+    microarch: Microarch
+
+    def peak(self, dtype: str) -> float:
+        """Tensor-core peak for a math precision; FP4 falls back to FP8 where there is no FP4 unit."""
+        if dtype == "fp4":
+            return self.peak_flops.fp4 or self.peak_flops.fp8
+        return float(getattr(self.peak_flops, dtype))
+
+    def gemm_eff(self, dtype: str) -> float:
+        eff = self.efficiency.gemm_compute
+        if dtype == "fp4":
+            return (eff.fp4 if self.peak_flops.fp4 and eff.fp4 else eff.fp8)
+        return float(getattr(eff, dtype))
+
+    def stored_bytes(self, dtype: str) -> float:
+        """Bytes per weight as stored here: FP4 weights are kept as FP8 on a GPU without FP4 units."""
+        if dtype == "fp4" and self.peak_flops.fp4 is None:
+            return DTYPE_BYTES["fp8"]
+        return DTYPE_BYTES[dtype]
+
+
+class Matrix(_Spec):
+    """A dense projection: `groups` independent k x n GEMMs per layer."""
+
+    name: str
+    k: int = Field(gt=0)
+    n: int = Field(gt=0)
+    groups: int = Field(1, gt=0)
+    tp_split: bool = False
+
+    @property
+    def params(self) -> int:
+        return self.k * self.n * self.groups
+
+
+class AttentionCode(_Spec):
+    ratio: int = Field(ge=0, description="KV compression ratio (0 = sliding window only)")
+    indexer: bool = False
+
+
+class AttentionSpec(_Spec):
+    heads: int = Field(gt=0)
+    qk_head_dim: int = Field(gt=0)
+    v_head_dim: int = Field(gt=0)
+    math_dtype: Dtype
+    window: int = Field(ge=0)
+    window_entry_bytes: float = Field(ge=0)
+    compressed_entry_bytes: float = Field(gt=0)
+    layer_codes: list[int]
+    codes: dict[int, AttentionCode]
+    matrices: list[Matrix]
+
+    @model_validator(mode="after")
+    def _codes_known(self) -> AttentionSpec:
+        unknown = sorted(set(self.layer_codes) - set(self.codes))
+        if unknown:
+            raise ValueError(f"layer_codes: codes {unknown} are not defined in attention.codes")
+        return self
+
+
+class IndexerSpec(_Spec):
+    heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    top_k: int = Field(gt=0)
+    key_bytes: float = Field(gt=0)
+    matrices: list[Matrix]
+
+
+class MoESpec(_Spec):
+    experts: int = Field(gt=0)
+    shared_experts: int = Field(ge=0)
+    top_k: int = Field(gt=0)
+    intermediate: int = Field(gt=0)
+    expert_bytes: float = Field(gt=0)
+    weight_dtype: Dtype
+    shared_dtype: Dtype
+    first_dense_layers: int = Field(ge=0)
+    dense_intermediate: int = Field(ge=0)
+    gate_flops_per_expert: float = Field(gt=0)
+    megagate_candidate_fraction: float = Field(gt=0, le=1)
+    imbalance_dispersion: float = Field(ge=0)
+
+    @property
+    def expert_params(self) -> int:
+        return 3 * self.intermediate  # times hidden, applied by the caller
+
+
+class PrefillSpec(_Spec):
+    full_layers: int = Field(gt=0)
+    tail_tokens: int = Field(ge=0)
+
+
+class MHCSpec(_Spec):
+    streams: int = Field(gt=0)
+    sinkhorn_iters: int = Field(ge=0)
+    elem_bytes: float = Field(gt=0)
+    passes_per_sublayer: int = Field(gt=0)
+
+
+class EngramSpec(_Spec):
+    layers: list[int]
+    rows_per_token: int = Field(gt=0)
+    row_bytes: float = Field(gt=0)
+
+
+class ModelSpec(_Spec):
+    """The served model's shapes and formats (everything the step cost needs)."""
+
+    name: str
+    vocab: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    layers: int = Field(gt=0)
+    dense_dtype: Dtype
+    lm_head_dtype: Dtype
+    kv_bytes_per_token: float = Field(gt=0)
+    window_buffer_bytes: float = Field(ge=0)
+    attention: AttentionSpec
+    indexer: IndexerSpec | None = None
+    moe: MoESpec
+    prefill: PrefillSpec
+    mhc: MHCSpec | None = None
+    engram: EngramSpec | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        if len(self.attention.layer_codes) != self.layers:
+            raise ValueError(
+                f"attention.layer_codes: {len(self.attention.layer_codes)} entries for {self.layers} layers"
+            )
+        if self.prefill.full_layers > self.layers:
+            raise ValueError(f"prefill.full_layers: {self.prefill.full_layers} > layers {self.layers}")
+        if any(c.indexer for c in self.attention.codes.values()) and self.indexer is None:
+            raise ValueError("indexer: required when an attention code uses the indexer")
+        return self
+
+
+def _validated(cls: type[_Spec], data: Any, origin: str) -> Any:
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"invalid {cls.__name__} {origin}: {problems}") from None
+
+
+def parse_hardware(data: dict[str, Any], origin: str = "<dict>") -> HardwareSpec:
+    return _validated(HardwareSpec, data, origin)
+
+
+def parse_model(data: dict[str, Any], origin: str = "<dict>") -> ModelSpec:
+    return _validated(ModelSpec, data, origin)
+
+
+def _read(kind: str, name: str) -> tuple[dict[str, Any], str]:
+    path = SPEC_DIR / kind / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(available(kind))
+        raise ValueError(f"{kind}: unknown {kind} spec {name!r} (known: {known})")
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: top level must be a mapping")
+    return data, str(path)
+
+
+def available(kind: Literal["hardware", "model"]) -> list[str]:
+    return sorted(p.stem for p in (SPEC_DIR / kind).glob("*.yaml"))
+
+
+@cache
+def load_hardware(name: str) -> HardwareSpec:
+    data, origin = _read("hardware", name)
+    return parse_hardware(data, origin)
+
+
+@cache
+def load_model(name: str) -> ModelSpec:
+    data, origin = _read("model", name)
+    return parse_model(data, origin)

@@ -1,0 +1,85 @@
+"""TimingModel: the cost model's entry point (hardware + model + optimizations -> step times)."""
+
+from __future__ import annotations
+
+from rackserve.timing import comm
+from rackserve.timing.batch import RankBatch, StepBatch, StepCost
+from rackserve.timing.layout import Layout, make_layout
+from rackserve.timing.optimizations import Optimizations, parse_optimizations
+from rackserve.timing.spec import HardwareSpec, ModelSpec, load_hardware, load_model
+from rackserve.timing.step_cost import CostContext, step_cost
+
+KV_TIERS = ("pool_hbm", "pool_dram")
+
+
+class TimingModel:
+    """Per-step simulated durations of the target model on the target GPUs.
+
+    Immutable after construction; per-layout constants are cached inside. Typical use:
+        tm = TimingModel.create(hardware="vr200", model="deepseek-v4.1-flash", optimizations="rubin-optimized")
+        cost = tm.step_time("decode", tm.layout("wide-ep", ranks=8), StepBatch(...))
+    """
+
+    def __init__(self, hardware: HardwareSpec, model: ModelSpec, optimizations: Optimizations,
+                 block_tokens: int = 64) -> None:
+        self.hardware = hardware
+        self.model = model
+        self.optimizations = optimizations
+        self.block_tokens = block_tokens
+        self._ctx = CostContext.build(hardware, model, optimizations)
+        self._layouts: dict[tuple[str, int | None], Layout] = {}
+
+    @staticmethod
+    def create(hardware: str = "vr200", model: str = "deepseek-v4.1-flash",
+               optimizations: str | Optimizations = "rubin-optimized", block_tokens: int = 64) -> TimingModel:
+        opts = optimizations if isinstance(optimizations, Optimizations) else parse_optimizations(optimizations)
+        return TimingModel(load_hardware(hardware), load_model(model), opts, block_tokens)
+
+    @staticmethod
+    def from_section(section) -> TimingModel:
+        """From rackserve.config.TimingSection (hardware, model, optimizations, target_block_tokens)."""
+        return TimingModel.create(section.hardware, section.model, section.optimizations, section.target_block_tokens)
+
+    def with_hardware(self, hardware: HardwareSpec) -> TimingModel:
+        return TimingModel(hardware, self.model, self.optimizations, self.block_tokens)
+
+    def with_optimizations(self, optimizations: str | Optimizations) -> TimingModel:
+        opts = optimizations if isinstance(optimizations, Optimizations) else parse_optimizations(optimizations)
+        return TimingModel(self.hardware, self.model, opts, self.block_tokens)
+
+    def layout(self, name: str, ranks: int | None = None) -> Layout:
+        key = (name, ranks)
+        if key not in self._layouts:
+            self._layouts[key] = make_layout(name, ranks)
+        return self._layouts[key]
+
+    def step_time(self, phase: str, layout: Layout, batch: StepBatch) -> StepCost:
+        """Simulated duration of one lockstep step of `layout` computing `batch`, with breakdown."""
+        return step_cost(self._ctx, phase, layout, batch, self.kv_transfer_s)
+
+    def kv_transfer_s(self, tokens: int, tier: str) -> float:
+        """Time to bring `tokens` of pooled KV from a pool tier into a rank's HBM (one block at a time
+        is pipelined: latency once per transfer, bytes at the tier's bandwidth)."""
+        if tier not in KV_TIERS:
+            raise ValueError(f"tier: must be one of {KV_TIERS}, got {tier!r}")
+        if tokens <= 0:
+            return 0.0
+        hw = self.hardware
+        bytes_ = tokens * self.model.kv_bytes_per_token
+        if tier == "pool_hbm":
+            return float(comm.p2p_time(hw, bytes_))
+        return hw.nvlink_latency_s + bytes_ / comm.pool_dram_bw(hw)
+
+    def pd_transfer_s(self, tokens: int) -> float:
+        """Prefill rank -> decode rank: the prompt's KV plus its sliding-window buffer, over NVLink."""
+        if tokens <= 0:
+            return 0.0
+        bytes_ = tokens * self.model.kv_bytes_per_token + self.model.window_buffer_bytes
+        return float(comm.p2p_time(self.hardware, bytes_))
+
+    def prefill_estimate_s(self, layout: Layout, new_tokens: int, cached_tokens: int) -> float:
+        """Cheap scalar for the router: one prompt's prefill alone on one DP rank of `layout`."""
+        if new_tokens <= 0:
+            return 0.0
+        ranks = [RankBatch.of([new_tokens], [cached_tokens])] + [RankBatch.of([]) for _ in range(layout.dp - 1)]
+        return self.step_time("prefill", layout, StepBatch(tuple(ranks))).total_s
