@@ -1,11 +1,12 @@
-"""Prometheus metrics of the KV pool, read from the pool's own counters at scrape time.
+"""Prometheus metrics of the KV pool service, refreshed from the pool's own counters at each scrape.
 
-Names (all labelled by `tier` = pool_hbm | pool_dram where it applies):
-  rackserve_kvpool_keys, _bytes, _target_bytes, _capacity_bytes          gauges per tier
-  rackserve_kvpool_redis_bytes, _redis_budget_bytes, _active_leases, _epoch  gauges
-  rackserve_kvpool_evictions_total, _hits_total                          counters per tier
-  rackserve_kvpool_puts_total, _put_blocks_total, _gets_total, _misses_total, _demotions_total,
-  _lease_expiries_total, _alloc_failures_total, _clears_total            counters
+The names of `rackserve.metrics.PoolMetrics` (what the dashboards read):
+  rackserve_pool_blocks{tier}, rackserve_pool_used_bytes{tier} (target bytes),
+  rackserve_pool_capacity_bytes{tier}, rackserve_pool_hit_blocks_total{tier},
+  rackserve_pool_miss_blocks_total, rackserve_pool_evictions_total{tier}, rackserve_pool_active_leases
+and the service's own extras, same prefix:
+  rackserve_pool_redis_bytes{tier} (actual bytes), rackserve_pool_redis_budget_bytes, rackserve_pool_epoch,
+  rackserve_pool_{puts,put_blocks,gets,demotions,lease_expiries,alloc_failures,clears}_total
 """
 
 from __future__ import annotations
@@ -15,51 +16,72 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from rackserve.metrics import PoolMetrics
 from services.kvpool.server import PoolServicer
 
-P = "rackserve_kvpool_"
+P = "rackserve_pool_"
 TIER_NAMES = {1: "pool_hbm", 2: "pool_dram"}
+EXTRA_COUNTERS = {
+    "puts": "BatchPutReserve calls", "put_blocks": "blocks offered to the pool",
+    "gets": "BatchGet calls", "demotions": "blocks demoted pool_hbm -> pool_dram",
+    "lease_expiries": "read leases that expired unreleased",
+    "alloc_failures": "blocks refused for lack of space (the caller recomputes)",
+    "clears": "times all metadata was cleared (start, Redis restarted empty)",
+}
 
 
 class PoolCollector:
-    """A custom collector: one consistent snapshot of the pool per scrape (no double bookkeeping)."""
+    """Registered first in the registry: on each scrape it takes one snapshot of the pool, pushes
+    it into `PoolMetrics` (collected right after, registries collect in registration order) and
+    yields the extras."""
 
     def __init__(self, servicer: PoolServicer) -> None:
         self.servicer = servicer
+        self.shared: PoolMetrics | None = None
+        self._seen: dict[tuple[str, str], float] = {}
 
     def collect(self) -> Iterator[Metric]:
         with self.servicer.lock:
             s = self.servicer.stats()
-        per_tier = {
-            "keys": ("gauge", "blocks stored in the tier", "keys"),
-            "bytes": ("gauge", "actual bytes of the tier's blocks in Redis", "bytes"),
-            "target_bytes": ("gauge", "bytes the tier's blocks weigh in the emulated rack", "target_bytes"),
-            "capacity_bytes": ("gauge", "tier capacity in target bytes", "capacity_bytes"),
-            "evictions": ("counter", "blocks evicted from the tier (demoted or dropped)", "evictions"),
-            "hits": ("counter", "BatchGet hits served from the tier", "hits"),
-        }
-        for name, (kind, doc, attr) in per_tier.items():
-            family = (GaugeMetricFamily if kind == "gauge" else CounterMetricFamily)(P + name, doc, labels=["tier"])
-            for t in s.tiers:
-                family.add_metric([TIER_NAMES[t.tier]], getattr(t, attr))
-            yield family
-        for name, doc in [("redis_bytes", "actual bytes booked in Redis"),
-                          ("redis_budget_bytes", "Redis byte budget"),
-                          ("active_leases", "read leases held now"),
-                          ("epoch", "pool incarnation; bumps when Redis restarted empty")]:
-            yield GaugeMetricFamily(P + name, doc, value=getattr(s, name))
-        for name, doc in [("puts", "BatchPutReserve calls"), ("put_blocks", "blocks offered"),
-                          ("gets", "BatchGet calls"), ("misses", "BatchGet misses"),
-                          ("demotions", "blocks demoted pool_hbm -> pool_dram"),
-                          ("lease_expiries", "read leases that expired unreleased"),
-                          ("alloc_failures", "blocks refused for lack of space"),
-                          ("clears", "times all metadata was cleared")]:
+        if self.shared is not None:
+            self._refresh(s)
+        redis_bytes = GaugeMetricFamily(P + "redis_bytes", "actual bytes of the tier's blocks in Redis", labels=["tier"])
+        for t in s.tiers:
+            redis_bytes.add_metric([TIER_NAMES[t.tier]], t.bytes)
+        yield redis_bytes
+        yield GaugeMetricFamily(P + "redis_budget_bytes", "Redis byte budget", value=s.redis_budget_bytes)
+        yield GaugeMetricFamily(P + "epoch", "pool incarnation: bumps when Redis restarted empty", value=s.epoch)
+        for name, doc in EXTRA_COUNTERS.items():
             yield CounterMetricFamily(P + name, doc, value=getattr(s, name))
+
+    def _refresh(self, s: object) -> None:
+        m = self.shared
+        assert m is not None
+        for t in s.tiers:  # type: ignore[attr-defined]
+            tier = TIER_NAMES[t.tier]
+            m.record_tier(tier, t.keys, t.target_bytes, t.capacity_bytes)
+            self._advance(m.hits.labels(tier=tier), ("hits", tier), t.hits)
+            self._advance(m.evictions.labels(tier=tier), ("evictions", tier), t.evictions)
+        self._advance(m.misses, ("misses", ""), s.misses)  # type: ignore[attr-defined]
+        m.leases.set(s.active_leases)  # type: ignore[attr-defined]
+
+    def _advance(self, counter: object, key: tuple[str, str], total: float) -> None:
+        """Counters only go up: add what the pool counted since the last scrape."""
+        delta = total - self._seen.get(key, 0)
+        if delta > 0:
+            counter.inc(delta)  # type: ignore[attr-defined]
+            self._seen[key] = total
+
+
+def pool_registry(servicer: PoolServicer) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    collector = PoolCollector(servicer)
+    registry.register(collector)  # type: ignore[arg-type]
+    collector.shared = PoolMetrics(registry)
+    return registry
 
 
 def serve_metrics(servicer: PoolServicer, port: int, host: str = "127.0.0.1") -> tuple[object, int]:
     """Serve /metrics on host:port (0 = any free port). Returns (server, port)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(PoolCollector(servicer))  # type: ignore[arg-type]
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+    server, _thread = start_http_server(port, addr=host, registry=pool_registry(servicer))
     return server, server.server_port

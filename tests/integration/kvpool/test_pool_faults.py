@@ -95,7 +95,7 @@ def test_entry_point_serves_grpc_and_metrics(redis_server):
             assert client.get([7, 8]).values == (b"a" * 100, b"b" * 50)
             assert client.health().serving
         text = urllib.request.urlopen(f"http://{fields['metrics']}/metrics", timeout=5).read().decode()
-        assert 'rackserve_kvpool_keys{tier="pool_hbm"} 2.0' in text.splitlines()
+        assert 'rackserve_pool_blocks{tier="pool_hbm"} 2.0' in text.splitlines()
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0

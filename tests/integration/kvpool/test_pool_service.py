@@ -178,13 +178,18 @@ def test_metrics_endpoint_reports_tiers(make_pool):
     client.get(chain(3) + [42])
     http, port = serve_metrics(server.servicer, 0)
     try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        scrape = lambda: set(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode().splitlines())  # noqa: E731
+        lines = scrape()
+        client.get(chain(3))
+        later = scrape()
     finally:
         http.shutdown()
-    lines = set(text.splitlines())
-    assert 'rackserve_kvpool_keys{tier="pool_hbm"} 3.0' in lines
-    assert 'rackserve_kvpool_bytes{tier="pool_hbm"} 3000.0' in lines
-    assert 'rackserve_kvpool_capacity_bytes{tier="pool_dram"} 10000.0' in lines
-    assert 'rackserve_kvpool_hits_total{tier="pool_hbm"} 3.0' in lines
-    assert "rackserve_kvpool_misses_total 1.0" in lines
-    assert "rackserve_kvpool_puts_total 1.0" in lines
+    assert 'rackserve_pool_hit_blocks_total{tier="pool_hbm"} 6.0' in later  # counters advance
+    assert 'rackserve_pool_blocks{tier="pool_hbm"} 3.0' in lines
+    assert 'rackserve_pool_used_bytes{tier="pool_hbm"} 3000.0' in lines
+    assert 'rackserve_pool_redis_bytes{tier="pool_hbm"} 3000.0' in lines
+    assert 'rackserve_pool_capacity_bytes{tier="pool_dram"} 10000.0' in lines
+    assert 'rackserve_pool_hit_blocks_total{tier="pool_hbm"} 3.0' in lines
+    assert "rackserve_pool_miss_blocks_total 1.0" in lines
+    assert "rackserve_pool_puts_total 1.0" in lines
+    assert "rackserve_pool_alloc_failures_total 0.0" in lines
