@@ -17,5 +17,23 @@ def up(ctx: typer.Context) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "services.launcher", *ctx.args])
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
+def bench(ctx: typer.Context) -> None:
+    """Benchmark a running cluster over streaming HTTP, like `vllm bench serve` (see `rackserve bench --help`)."""
+    os.execv(sys.executable, [sys.executable, "-m", "services.bench", *ctx.args])
+
+
+@app.command()
+def demo(
+    config: str | None = typer.Option(None, help="deployment YAML (default: built-in defaults)"),
+    max_tokens: int = typer.Option(24, min=1, help="tokens to generate per completion"),
+) -> None:
+    """Run the small MoE engine in this process: completions, a prefix-cache hit, cache stats."""
+    from rackserve.config import load_config
+    from rackserve.demo import run_demo
+
+    run_demo(load_config(config), max_tokens=max_tokens)
+
+
 if __name__ == "__main__":
     app()
