@@ -15,6 +15,7 @@ from rackserve.model import tokenizer as tok
 from rackserve.model.config import ModelConfig
 from rackserve.model.engine import Engine
 from rackserve.model.sampling import SamplingParams
+from rackserve.model.threads import limit_blas_threads
 
 SYSTEM = "You are a terse assistant on a rack of GPUs. Answer in one line."
 TURN_1 = "What does a prefix cache store?"
@@ -92,6 +93,7 @@ def _stats_table(engine: Engine, events: int) -> Table:
 def run_demo(config: Config, max_tokens: int = 24, console: Console | None = None) -> Engine:
     """Print the demo; returns the engine so a test can inspect it."""
     console = console or Console()
+    limit_blas_threads(1)
     cfg = ModelConfig.from_sections(config.engine, config.engram)
     engine = Engine.from_config(
         cfg,

@@ -10,8 +10,15 @@ import pytest
 from rackserve.model.config import ModelConfig
 from rackserve.model.engine import Engine
 from rackserve.model.engram import LocalEngramTable
+from rackserve.model.threads import limit_blas_threads
 from rackserve.model.transformer import Transformer
 from rackserve.model.weights import init_weights
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _single_blas_thread() -> None:
+    """Small matrices: one BLAS thread is faster than two on a shared 2-core machine."""
+    limit_blas_threads(1)
 
 
 @pytest.fixture(scope="session")
