@@ -7,12 +7,12 @@ ShardedEngramTable(shards.addresses, cfg)`.
 from __future__ import annotations
 
 import os
-import selectors
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from services.ready_line import read_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ class ShardProcesses:
             self.procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True,
                                                env={**os.environ, "PYTHONUNBUFFERED": "1"}))
         try:
-            self.addresses = [_ready_address(p, timeout_s) for p in self.procs]
+            self.addresses = [read_ready(p, "ENGRAM READY", timeout_s)["grpc"] for p in self.procs]
         except BaseException:
             self.stop()
             raise
@@ -58,19 +58,3 @@ class ShardProcesses:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-
-def _ready_address(proc: subprocess.Popen[str], timeout_s: float) -> str:
-    sel = selectors.DefaultSelector()
-    assert proc.stdout is not None
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not sel.select(timeout=0.5):
-            continue
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"engram shard exited with {proc.wait()} before it was ready")
-        if line.startswith("ENGRAM READY"):
-            fields = dict(part.split("=", 1) for part in line.split()[2:])
-            return fields["grpc"]
-    raise RuntimeError("engram shard did not print its READY line in time")

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import selectors
-import signal
-import subprocess
-import sys
 import time
 import urllib.request
 import uuid
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -21,9 +15,9 @@ from services import kvevents
 from services._proto import kvpool_pb2 as pb
 from services._proto import kvpool_pb2_grpc as pb_grpc
 from services.kvpool.client import PoolClient
+from services.kvpool.spawn import PoolProcess
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def wait_for(predicate, timeout_s: float = 10.0) -> None:
@@ -83,32 +77,12 @@ def test_oversized_reads_are_invalid_argument_and_client_raises_valueerror(make_
 
 def test_entry_point_serves_grpc_and_metrics(redis_server):
     tag = uuid.uuid4().hex[:8]
-    cmd = [sys.executable, "-m", "services.kvpool", "--redis-url", redis_server, "--port", "0",
-           "--metrics-port", "0", "--key-prefix", f"test:{tag}:kv:", "--event-stream", f"test:{tag}:ev"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        line = _ready_line(proc)
-        fields = dict(part.split("=", 1) for part in line.split()[2:])
-        with PoolClient(fields["grpc"], owner="entry") as client:
+    pool = PoolProcess(redis_server, ("--key-prefix", f"test:{tag}:kv:", "--event-stream", f"test:{tag}:ev"))
+    with pool:
+        with PoolClient(pool.address, owner="entry") as client:
             assert client.put([7, 8], [b"a" * 100, b"b" * 50]).ok
             assert client.get([7, 8]).values == (b"a" * 100, b"b" * 50)
             assert client.health().serving
-        text = urllib.request.urlopen(f"http://{fields['metrics']}/metrics", timeout=5).read().decode()
+        text = urllib.request.urlopen(f"http://{pool.metrics_address}/metrics", timeout=5).read().decode()
         assert 'rackserve_pool_blocks{tier="pool_hbm"} 2.0' in text.splitlines()
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(10) == 0
-
-
-def _ready_line(proc: subprocess.Popen, timeout_s: float = 30.0) -> str:
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if sel.select(timeout=0.5):
-            line = proc.stdout.readline()
-            if line.startswith("KVPOOL READY"):
-                return line.strip()
-            assert line, f"kvpool exited with {proc.poll()} before it was ready"
-    raise AssertionError("kvpool did not print its READY line")
+        assert pool.stop() == 0  # SIGTERM: a clean exit
