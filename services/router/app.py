@@ -7,7 +7,7 @@ is in simulated seconds (the `rackserve` field of a response, or of the last str
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
@@ -49,7 +49,7 @@ class FrontDoor:
     model_id: str
     max_context: int
     ready: Callable[[], bool]
-    extra_metrics: Callable[[], bytes] = lambda: b""
+    merge_metrics: Callable[[bytes], Awaitable[bytes]] | None = None
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,9 @@ def create_app(door: FrontDoor) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        body = door.metrics.exposition() + door.extra_metrics()
+        body = door.metrics.exposition()
+        if door.merge_metrics is not None:
+            body = await door.merge_metrics(body)
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/models")

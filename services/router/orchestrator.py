@@ -96,6 +96,12 @@ class Orchestrator:
                 request_id=trip.request_id, instance=decision.prefill_instance,
                 dp_rank=decision.prefill_rank, token_ids=prompt, sampling=params))
         self._account_prefill(trip, reply)
+        if reply.finish_reason or sampling.max_tokens == 1:  # the first token ends it: no decode
+            trip.token_times_s.append(trip.queue_s + trip.prefill_s)
+            trip.completion_tokens = 1
+            trip.finish_reason = reply.finish_reason or "length"
+            yield [reply.first_token]
+            return
         request = decode_pb2.DecodeRequest(
             request_id=trip.request_id, instance=decision.decode_instance, rank=decision.decode_rank,
             token_ids=prompt, first_token=reply.first_token, kv=reply.kv, sampling=params)
@@ -111,8 +117,8 @@ class Orchestrator:
     def _account_prefill(self, trip: Trip, reply: prefill_pb2.PrefillReply) -> None:
         trip.local_hit_tokens = reply.local_hit_tokens
         trip.pool_hit_tokens = reply.pool_hit_tokens
-        trip.queue_s = reply.queue_sim_s
-        trip.prefill_s = reply.prefill_sim_s
+        trip.queue_s = max(0.0, reply.queue_sim_s)  # float sums of the same steps
+        trip.prefill_s = max(0.0, reply.prefill_sim_s)
         trip.pacing_lag_s += reply.pacing_lag_s
 
     def _account_chunk(self, trip: Trip, chunk: decode_pb2.TokenChunk) -> None:

@@ -1,0 +1,87 @@
+"""The Decode gRPC service: a request joins a Wide-EP or TP8 rank after a P->D hand-off and its
+tokens stream back as the instance loop steps (continuous batching inside each rank actor).
+
+Simulated times per request: the P->D transfer of its pooled KV (cost model), then the instance's
+clock. The prefill's first token is released when the request first runs in a decode step (its KV
+is loaded and it has joined the batch); each later token when the step that sampled it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import grpc
+
+from rackserve.timing import TimingModel
+from services._proto import decode_pb2, decode_pb2_grpc, prefill_pb2
+from services.instance_loop import InstanceLoop, StepDone
+from services.prefill.service import call_actor, check_target, sampling_dict
+from services.topology import InstanceSpec
+
+
+@dataclass
+class _Stream:
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    submitted_sim_s: float = 0.0
+
+
+class DecodeService(decode_pb2_grpc.DecodeServicer):
+    def __init__(self, specs: dict[str, InstanceSpec], actors: dict[str, list],
+                 loops: dict[str, InstanceLoop], timing: TimingModel) -> None:
+        self.specs, self.actors, self.loops, self.timing = specs, actors, loops, timing
+        self._streams: dict[str, _Stream] = {}
+
+    def on_step(self, done: StepDone) -> None:
+        for e in done.emitted:
+            stream = self._streams.get(e.request_id)
+            if stream is not None:
+                stream.queue.put_nowait((e, done))
+
+    async def Generate(self, request: decode_pb2.DecodeRequest, context: grpc.aio.ServicerContext
+                       ) -> AsyncIterator[decode_pb2.TokenChunk]:
+        problem = check_target(self.specs, request.instance, request.rank)
+        if problem or not request.token_ids or request.request_id in self._streams:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                problem or "token_ids: must not be empty, request_id: must be new")
+        loop = self.loops[request.instance]
+        actor = self.actors[request.instance][request.rank]
+        stream = _Stream(submitted_sim_s=loop.sim_now_s)
+        self._streams[request.request_id] = stream
+        finished = False
+        try:
+            await call_actor(actor.submit_decode.remote(
+                request.request_id, list(request.token_ids), request.first_token,
+                list(request.kv.block_hashes), sampling_dict(request.sampling)), context)
+            loop.wake()
+            transfer = self._transfer_s(request)
+            first = True
+            while not finished:
+                emitted, done = await stream.queue.get()
+                since = done.sim_now_s - stream.submitted_sim_s + transfer
+                if first:
+                    yield decode_pb2.TokenChunk(token_ids=[request.first_token], kv_load_sim_s=transfer,
+                                                sim_time_s=since - done.step_s)
+                    first = False
+                finished = emitted.finish_reason is not None
+                yield decode_pb2.TokenChunk(token_ids=[emitted.token] if emitted.token is not None else [],
+                                            sim_time_s=since, finish_reason=emitted.finish_reason or "",
+                                            pacing_lag_s=done.lag_s)
+        finally:
+            self._streams.pop(request.request_id, None)
+            if not finished:
+                actor.cancel.remote(request.request_id)
+
+    def _transfer_s(self, request: decode_pb2.DecodeRequest) -> float:
+        """Simulated seconds to move the prompt's KV to the decode rank (the target moves all of it;
+        the twin moves full blocks and recomputes the tail, which the step's cost charges)."""
+        return self.timing.pd_transfer_s(len(request.token_ids))
+
+    async def Load(self, request: prefill_pb2.LoadRequest, context: grpc.aio.ServicerContext
+                   ) -> prefill_pb2.LoadReply:
+        return prefill_pb2.LoadReply()
+
+    async def Health(self, request: prefill_pb2.WorkerHealthRequest, context: grpc.aio.ServicerContext
+                     ) -> prefill_pb2.WorkerHealthReply:
+        return prefill_pb2.WorkerHealthReply(ready=True, instances=list(self.specs))

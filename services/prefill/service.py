@@ -1,0 +1,104 @@
+"""The Prefill gRPC service: queue a prompt on the (instance, DP rank) the router chose, wait for
+the instance loop to finish it, answer with the first token, the KV handle and simulated times."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import grpc
+import ray
+
+from services._proto import prefill_pb2, prefill_pb2_grpc
+from services.instance_loop import InstanceLoop, StepDone
+from services.topology import InstanceSpec
+
+
+@dataclass
+class _Waiter:
+    future: asyncio.Future
+    submitted_sim_s: float
+    started_sim_s: float | None = None
+    lag_s: float = 0.0
+
+
+def sampling_dict(params: prefill_pb2.SamplingParams) -> dict:
+    """The wire SamplingParams as plain fields for the rank actor (0 seed stays a seed)."""
+    return {"temperature": params.temperature, "top_p": params.top_p or 1.0, "seed": params.seed,
+            "ignore_eos": params.ignore_eos, "max_tokens": max(1, params.max_tokens)}
+
+
+async def call_actor(ref: ray.ObjectRef, context: grpc.aio.ServicerContext) -> object:
+    """Await an actor call; a ValueError inside (bad input) becomes INVALID_ARGUMENT."""
+    try:
+        return await ref
+    except ray.exceptions.RayTaskError as exc:
+        cause = exc.cause if isinstance(exc.cause, ValueError) else None
+        if cause is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(cause))
+        raise
+
+
+def check_target(specs: dict[str, InstanceSpec], instance: str, rank: int) -> str | None:
+    spec = specs.get(instance)
+    if spec is None:
+        return f"instance: unknown instance {instance!r}"
+    if rank >= spec.dp_ranks:
+        return f"dp_rank: {instance} has ranks 0..{spec.dp_ranks - 1}, got {rank}"
+    return None
+
+
+class PrefillService(prefill_pb2_grpc.PrefillServicer):
+    def __init__(self, specs: dict[str, InstanceSpec], actors: dict[str, list],
+                 loops: dict[str, InstanceLoop], model_id: str, block_size: int) -> None:
+        self.specs, self.actors, self.loops = specs, actors, loops
+        self.model_id, self.block_size = model_id, block_size
+        self._waiting: dict[str, _Waiter] = {}
+
+    def on_step(self, done: StepDone) -> None:
+        for e in done.emitted:
+            waiter = self._waiting.get(e.request_id)
+            if waiter is None:
+                continue
+            if waiter.started_sim_s is None:
+                waiter.started_sim_s = done.sim_now_s - done.step_s
+            waiter.lag_s += done.lag_s
+            if e.finish_reason is not None and not waiter.future.done():
+                waiter.future.set_result((e, done.sim_now_s))
+
+    async def Prefill(self, request: prefill_pb2.PrefillRequest, context: grpc.aio.ServicerContext
+                      ) -> prefill_pb2.PrefillReply:
+        problem = check_target(self.specs, request.instance, request.dp_rank)
+        if problem or not request.token_ids or request.request_id in self._waiting:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                problem or "token_ids: must not be empty, request_id: must be new")
+        loop = self.loops[request.instance]
+        actor = self.actors[request.instance][request.dp_rank]
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), loop.sim_now_s)
+        self._waiting[request.request_id] = waiter
+        try:
+            admitted = await call_actor(actor.submit_prefill.remote(
+                request.request_id, list(request.token_ids), sampling_dict(request.sampling)), context)
+            loop.wake()
+            emitted, finished_sim = await waiter.future
+        finally:
+            self._waiting.pop(request.request_id, None)
+        started = waiter.started_sim_s if waiter.started_sim_s is not None else finished_sim
+        hashes = list(emitted.kv_block_hashes)
+        return prefill_pb2.PrefillReply(
+            first_token=emitted.token,
+            kv=prefill_pb2.KVHandle(model_id=self.model_id, block_size=self.block_size,
+                                    block_hashes=hashes, num_tokens=len(hashes) * self.block_size),
+            local_hit_tokens=admitted.local_hit_tokens,
+            pool_hit_tokens=admitted.pool_hbm_tokens + admitted.pool_dram_tokens,
+            queue_sim_s=started - waiter.submitted_sim_s, prefill_sim_s=finished_sim - started,
+            pacing_lag_s=waiter.lag_s, finish_reason="stop" if emitted.finish_reason == "stop" else "",
+        )
+
+    async def Load(self, request: prefill_pb2.LoadRequest, context: grpc.aio.ServicerContext
+                   ) -> prefill_pb2.LoadReply:
+        return prefill_pb2.LoadReply()
+
+    async def Health(self, request: prefill_pb2.WorkerHealthRequest, context: grpc.aio.ServicerContext
+                     ) -> prefill_pb2.WorkerHealthReply:
+        return prefill_pb2.WorkerHealthReply(ready=True, instances=list(self.specs))

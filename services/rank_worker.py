@@ -1,0 +1,169 @@
+"""One DP rank as a Ray actor: its own Engine (paged KV, block cache, queue, batch), stepped by the
+instance loop of its service process.
+
+Prefill ranks reuse their HBM cache, then the KV pool, compute the rest, write the prompt's new
+full blocks to the pool and return the first token. Decode ranks import a prompt's blocks from the
+pool by handle, recompute the partial tail and decode. Both publish their cache's KV events
+(tier rank_hbm) to the Redis Stream the router follows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import redis
+
+from rackserve.config import Config
+from rackserve.kv.block_hash import block_hashes
+from rackserve.kv.events import Publisher
+from rackserve.model.config import ModelConfig
+from rackserve.model.engine import Engine
+from rackserve.model.sampling import SamplingParams
+from rackserve.timing.batch import RankBatch
+from services import kvevents
+from services.kv_link import PoolLink
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What admission found: prompt tokens reused from HBM and from each pool tier."""
+
+    local_hit_tokens: int
+    pool_hbm_tokens: int
+    pool_dram_tokens: int
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """One request's progress in one step."""
+
+    request_id: str
+    token: int | None
+    finish_reason: str | None  # None while running
+    kv_block_hashes: tuple[int, ...] = ()  # prefill: the prompt's full blocks now in the pool
+
+
+@dataclass(frozen=True)
+class RankStep:
+    batch: RankBatch
+    emitted: tuple[Emitted, ...]
+    busy: bool  # the rank still has requests
+    kv_blocks_used: int = 0
+    kv_blocks_total: int = 0
+
+
+@dataclass
+class _Seq:
+    prompt: list[int]
+    context: int  # tokens whose KV the rank holds before this step
+    pool_hbm: int = 0
+    pool_dram: int = 0
+    charged: bool = False
+
+
+@dataclass
+class RankWorker:
+    """Plain class (tests may use it in-process); `RayRankWorker` is its actor form."""
+
+    cfg: Config
+    role: str
+    instance: str
+    rank: int
+    redis_url: str
+    pool_addr: str
+    engine: Engine = field(init=False)
+    pool: PoolLink = field(init=False)
+
+    def __post_init__(self) -> None:
+        model = ModelConfig.from_sections(self.cfg.engine, self.cfg.engram)
+        eng = self.cfg.engine
+        self.engine = Engine.from_config(
+            model, num_blocks=eng.cache_blocks_per_rank, chunk_tokens=eng.prefill_chunk_tokens,
+            max_batch_seqs=eng.max_batch_seqs, publisher=Publisher(self.instance, self.rank))
+        self.model = model
+        self.pool = PoolLink(self.pool_addr, owner=f"{self.instance}/{self.rank}")
+        self._redis = redis.Redis.from_url(self.redis_url)
+        self._seqs: dict[str, _Seq] = {}
+
+    def ready(self) -> bool:
+        return True
+
+    # -- admission -----------------------------------------------------------------------------
+    def submit_prefill(self, request_id: str, prompt: list[int], params: dict) -> Admitted:
+        """Queue a prompt: reuse HBM blocks, fetch the next run of blocks from the pool."""
+        bs = self.model.block_size
+        hashes = block_hashes(prompt, bs, self.model.model_id)
+        usable = (len(prompt) - 1) // bs  # the last prompt token is always computed
+        local = min(self.engine.cached_prefix_tokens(prompt) // bs, usable)
+        fetched = self.pool.fetch(hashes[local:usable])
+        kv_blocks = [(h, b"") for h in hashes[:local]] + [(h, data) for h, data, _ in fetched]
+        sampling = SamplingParams(**_engine_params(params, max_tokens=1))
+        self.engine.add_request(request_id, prompt, sampling, kv_blocks=kv_blocks)
+        hbm = sum(bs for _, _, tier in fetched if tier == "pool_hbm")
+        dram = sum(bs for _, _, tier in fetched if tier == "pool_dram")
+        self._seqs[request_id] = _Seq(prompt, (local + len(fetched)) * bs, hbm, dram)
+        return Admitted(local * bs, hbm, dram)
+
+    def submit_decode(self, request_id: str, prompt: list[int], first_token: int,
+                      kv_hashes: list[int], params: dict) -> Admitted:
+        """Join the batch after a P->D hand-off: import the prompt's blocks from the pool."""
+        bs = self.model.block_size
+        local = self.engine.cached_prefix_tokens(prompt) // bs
+        local = min(local, len(kv_hashes))
+        fetched = self.pool.fetch(kv_hashes[local:])
+        kv_blocks = [(h, b"") for h in kv_hashes[:local]] + [(h, data) for h, data, _ in fetched]
+        sampling = SamplingParams(**_engine_params(params))
+        self.engine.add_request(request_id, prompt, sampling, output_ids=[first_token], kv_blocks=kv_blocks)
+        hbm = sum(bs for _, _, tier in fetched if tier == "pool_hbm")
+        dram = sum(bs for _, _, tier in fetched if tier == "pool_dram")
+        self._seqs[request_id] = _Seq(prompt, (local + len(fetched)) * bs, hbm, dram)
+        return Admitted(local * bs, hbm, dram)
+
+    def cancel(self, request_id: str) -> None:
+        if self._seqs.pop(request_id, None) is not None:
+            self.engine.free(request_id)
+
+    # -- stepping ------------------------------------------------------------------------------
+    def step(self) -> RankStep:
+        result = self.engine.step()
+        new, cached, emitted = [], [], []
+        pool_hbm = pool_dram = 0
+        for out in result.outputs:
+            seq = self._seqs[out.request_id]
+            new.append(out.num_computed_tokens)
+            cached.append(seq.context)
+            if not seq.charged:  # pooled KV is fetched during the request's first step
+                pool_hbm, pool_dram, seq.charged = pool_hbm + seq.pool_hbm, pool_dram + seq.pool_dram, True
+            seq.context += out.num_computed_tokens
+            emitted.append(self._emit(out))
+        self._publish_events()
+        stats = self.engine.stats().cache
+        batch = RankBatch(np.asarray(new, np.int64), np.asarray(cached, np.int64), pool_hbm, pool_dram)
+        return RankStep(batch, tuple(emitted), self.engine.has_unfinished(),
+                        stats.num_blocks - stats.num_free, stats.num_blocks)
+
+    def _emit(self, out: object) -> Emitted:
+        if not out.finished:
+            return Emitted(out.request_id, out.token, None)
+        seq = self._seqs.pop(out.request_id)
+        if self.role != "prefill":
+            return Emitted(out.request_id, out.token, out.finish_reason)
+        hashes = self._store_prompt(seq.prompt)
+        return Emitted(out.request_id, out.token, out.finish_reason, tuple(hashes))
+
+    def _store_prompt(self, prompt: list[int]) -> list[int]:
+        """Write the prompt's full blocks to the pool (those it lacks); returns the handle's hashes."""
+        blocks = self.engine.export_prefix(prompt)
+        return self.pool.store(blocks)
+
+    def _publish_events(self) -> None:
+        events = self.engine.drain_events()
+        if events:
+            kvevents.publish(self._redis, events)
+
+
+def _engine_params(params: dict, **override: object) -> dict:
+    """The engine's SamplingParams fields out of the wire message's (as a dict), with overrides."""
+    keys = ("temperature", "top_p", "seed", "ignore_eos", "max_tokens")
+    return {**{k: params[k] for k in keys if k in params}, **override}

@@ -1,0 +1,143 @@
+"""The router process: HTTP front door + gRPC Router service + KV-event consumer, one event loop.
+
+    python -m services.router --config FILE --http-port 8000 --grpc-port P \
+        --prefill 127.0.0.1:P1 --decode 127.0.0.1:P2 --redis-url redis://127.0.0.1:R/0
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import threading
+
+import grpc
+import redis
+import uvicorn
+
+from rackserve.config import Config, load_config
+from rackserve.metrics import ProcessMetrics
+from rackserve.routing.router import Router
+from rackserve.timing import TimingModel
+from services import kvevents
+from services._proto import (
+    decode_pb2_grpc,
+    prefill_pb2,
+    prefill_pb2_grpc,
+    router_pb2,
+    router_pb2_grpc,
+)
+from services.router.app import FrontDoor, create_app
+from services.router.orchestrator import Orchestrator
+from services.router.router_core import LayoutCost, RouterCore
+from services.router.worker_metrics import WorkerMetrics
+from services.topology import instances
+
+
+class RouterService(router_pb2_grpc.RouterServicer):
+    """gRPC face of the same RouterCore the front door uses."""
+
+    def __init__(self, core: RouterCore) -> None:
+        self.core = core
+
+    async def Route(self, request: router_pb2.RouteRequest, context: grpc.aio.ServicerContext
+                    ) -> router_pb2.RouteDecision:
+        if not request.token_ids:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "token_ids: must not be empty")
+        route = self.core.route(request.request_id, list(request.token_ids), list(request.block_hashes))
+        return router_pb2.RouteDecision(
+            prefill=router_pb2.RankTarget(instance=route.prefill_instance, rank=route.prefill_rank),
+            decode=router_pb2.RankTarget(instance=route.decode_instance, rank=route.decode_rank),
+            predicted_hit_tokens=route.predicted_hit_tokens, policy=route.policy)
+
+    async def Health(self, request: router_pb2.RouterHealthRequest, context: grpc.aio.ServicerContext
+                     ) -> router_pb2.RouterHealthReply:
+        return router_pb2.RouterHealthReply(ready=True, policy=self.core.policy_name)
+
+
+def follow_kv_events(core: RouterCore, redis_url: str, stop: threading.Event) -> None:
+    """Feed the router's prefix index from the Redis Stream (replays what is kept on start)."""
+    client = redis.Redis.from_url(redis_url)
+    reader = kvevents.KVEventReader(client)
+    while not stop.is_set():
+        try:
+            events = reader.read_batch(count=1000, block_ms=200)
+        except redis.RedisError:
+            stop.wait(0.5)
+            continue
+        if events:
+            core.apply_events(events)
+
+
+async def wait_workers_ready(prefill: str, decode: str, flag: dict[str, bool]) -> None:
+    """Poll the workers' Health; the front door's /ready reflects whether both are ready."""
+    stubs = ((prefill_pb2_grpc.PrefillStub, prefill), (decode_pb2_grpc.DecodeStub, decode))
+    while True:
+        ok = True
+        for stub, addr in stubs:
+            async with grpc.aio.insecure_channel(addr) as channel:
+                try:
+                    reply = await stub(channel).Health(prefill_pb2.WorkerHealthRequest(), timeout=2)
+                    ok = ok and reply.ready
+                except grpc.aio.AioRpcError:
+                    ok = False
+        flag["ready"] = ok
+        await asyncio.sleep(2.0 if ok else 0.2)
+
+
+def build_core(cfg: Config, timing: TimingModel) -> RouterCore:
+    cost = LayoutCost(timing)
+    router = Router.from_config(cfg.routing, cost=cost)
+    return RouterCore(instances(cfg, "prefill"), instances(cfg, "decode"), router,
+                      cfg.engine.block_size, cost=cost)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    cfg = load_config(args.config)
+    timing = TimingModel.from_section(cfg.timing)
+    core = build_core(cfg, timing)
+    metrics = ProcessMetrics(cfg.engine.model_id)
+    metrics.front_door.time_scale.set(cfg.cluster.time_scale)
+    orchestrator = Orchestrator(core, args.prefill, args.decode, cfg.engine.model_id, cfg.engine.block_size)
+    flag = {"ready": False}
+    workers = WorkerMetrics(args.worker_metrics or [])
+    door = FrontDoor(orchestrator, metrics, cfg.engine.model_id, cfg.engine.max_context,
+                     ready=lambda: flag["ready"], merge_metrics=workers.merged_with)
+    grpc_server = grpc.aio.server()
+    router_pb2_grpc.add_RouterServicer_to_server(RouterService(core), grpc_server)
+    grpc_server.add_insecure_port(f"{args.host}:{args.grpc_port}")
+    await grpc_server.start()
+    stop = threading.Event()
+    follower = threading.Thread(target=follow_kv_events, args=(core, args.redis_url, stop), daemon=True)
+    follower.start()
+    watcher = asyncio.create_task(wait_workers_ready(args.prefill, args.decode, flag))
+    http = uvicorn.Server(uvicorn.Config(create_app(door), host=args.host, port=args.http_port,
+                                         log_level="warning", lifespan="off"))
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: setattr(http, "should_exit", True))
+    try:
+        await http.serve()
+    finally:
+        watcher.cancel()
+        stop.set()
+        await orchestrator.close()
+        await workers.close()
+        await grpc_server.stop(grace=1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m services.router")
+    parser.add_argument("--config", default=None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--http-port", type=int, required=True)
+    parser.add_argument("--grpc-port", type=int, required=True)
+    parser.add_argument("--prefill", required=True, help="prefill service host:port")
+    parser.add_argument("--decode", required=True, help="decode service host:port")
+    parser.add_argument("--redis-url", required=True)
+    parser.add_argument("--worker-metrics", nargs="*", help="worker /metrics URLs merged into ours")
+    asyncio.run(serve(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""What the prefill and decode service processes share: joining Ray, placing one instance's rank
+actors with a placement group, pricing its steps with the cost model, serving /metrics.
+
+Each rank actor asks for a fraction of a CPU (`RANK_CPUS`) so a DEP2 instance, a 4-rank Wide-EP
+instance and a TP8 instance fit on a 2-core machine; on a real cluster set it in the placement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+import ray
+from prometheus_client import start_http_server
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from rackserve.config import Config, load_config
+from rackserve.metrics import ProcessMetrics
+from rackserve.timing import TimingModel
+from rackserve.timing.batch import StepBatch, StepCost
+from services.instance_loop import InstanceLoop, StepDone
+from services.rank_worker import RankWorker
+from services.topology import InstanceSpec, instances
+
+RANK_CPUS = 0.1  # CPU share reserved per rank actor (the twin's math is small)
+LOCAL_RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
+                 "RAY_AUTH_MODE": "disabled"}
+
+RayRankWorker = ray.remote(RankWorker)
+
+
+def join_ray(address: str | None) -> None:
+    """Join the cluster at `address` (the launcher's head, or a multi-node cluster)."""
+    for key, value in LOCAL_RAY_ENV.items():
+        os.environ.setdefault(key, value)
+    ray.init(address=address, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {k: os.environ[k] for k in LOCAL_RAY_ENV}})
+
+
+def spawn_instance(spec: InstanceSpec, cfg: Config, redis_url: str, pool_addr: str) -> list:
+    """One actor per DP rank, all in one placement group (PACK: an instance stays on one node
+    where it can, as its GPUs share one NVLink domain)."""
+    group = placement_group([{"CPU": RANK_CPUS}] * spec.dp_ranks, strategy="PACK",
+                            name=f"rackserve-{spec.name}")
+    ray.get(group.ready())
+    actors = []
+    for r in range(spec.dp_ranks):
+        strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=r)
+        actors.append(RayRankWorker.options(
+            num_cpus=RANK_CPUS, scheduling_strategy=strategy, name=f"{spec.name}/{r}",
+            max_concurrency=1).remote(cfg, spec.role, spec.name, r, redis_url, pool_addr))
+    ray.get([a.ready.remote() for a in actors])
+    return actors
+
+
+@dataclass(frozen=True)
+class Pricer:
+    """Prices one instance's lockstep steps with the cost model's layout for it."""
+
+    timing: TimingModel
+    spec: InstanceSpec
+    phase: str
+
+    def __call__(self, batch: StepBatch) -> StepCost:
+        layout = self.timing.layout(self.spec.layout, self.spec.gpus if self.spec.layout == "wide-ep" else None)
+        return self.timing.step_time(self.phase, layout, batch)
+
+
+def serve_metrics(cfg: Config, port: int, host: str) -> ProcessMetrics:
+    metrics = ProcessMetrics(cfg.engine.model_id)
+    metrics.front_door.time_scale.set(cfg.cluster.time_scale)
+    start_http_server(port, addr=host, registry=metrics.registry)
+    return metrics
+
+
+def worker_args(role: str, argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=f"python -m services.{role}")
+    parser.add_argument("--config", default=None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True, help="gRPC port")
+    parser.add_argument("--metrics-port", type=int, required=True)
+    parser.add_argument("--ray-address", default=None, help="join this Ray cluster (default: config)")
+    parser.add_argument("--redis-url", required=True, help="Redis of the KV events")
+    parser.add_argument("--pool", required=True, help="KV pool service host:port")
+    return parser.parse_args(argv)
+
+
+@dataclass
+class Worker:
+    """A started worker service: its instances, their actors and lockstep loops."""
+
+    cfg: Config
+    timing: TimingModel
+    specs: dict[str, InstanceSpec]
+    actors: dict[str, list]
+    metrics: ProcessMetrics
+
+
+def start_worker(role: str, args: argparse.Namespace) -> Worker:
+    cfg = load_config(args.config)
+    join_ray(args.ray_address or cfg.cluster.ray_address)
+    specs = {s.name: s for s in instances(cfg, role)}  # type: ignore[arg-type]
+    actors = {name: spawn_instance(s, cfg, args.redis_url, args.pool) for name, s in specs.items()}
+    metrics = serve_metrics(cfg, args.metrics_port, args.host)
+    return Worker(cfg, TimingModel.from_section(cfg.timing), specs, actors, metrics)
+
+
+def make_loops(worker: Worker, phase: str, on_step: Callable[[StepDone], None]) -> dict[str, InstanceLoop]:
+    return {name: InstanceLoop(spec, worker.actors[name], Pricer(worker.timing, spec, phase),
+                               worker.cfg.cluster.time_scale, worker.metrics, on_step)
+            for name, spec in worker.specs.items()}
+
+
+async def serve_grpc(args: argparse.Namespace, add: Callable[[grpc.aio.Server], None],
+                     loops: dict[str, InstanceLoop]) -> None:
+    """Run the loops and the gRPC server until SIGTERM/SIGINT."""
+    server = grpc.aio.server()
+    add(server)
+    server.add_insecure_port(f"{args.host}:{args.port}")
+    await server.start()
+    tasks = [asyncio.create_task(loop.run()) for loop in loops.values()]
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop(grace=0.5)
+    for task in tasks:
+        task.cancel()
+    ray.shutdown()
