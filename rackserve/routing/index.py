@@ -1,10 +1,12 @@
 """Which (instance, DP rank) HBM cache and which pool tier holds which KV block, fed by KV events.
 
 Block hashes are chained (rackserve.kv.block_hash): a hash names its whole prefix, so a flat map
-hash -> holders is a prefix index without a tree; a request's match walks its own chain until the
-first miss. Holders are bits of a Python int, so "who holds block i" is one dict lookup, the
-per-rank prefix lengths are one cumulative AND over the request's chain (run in C by
-itertools.accumulate), and a 24-rank cluster costs no per-rank work per block.
+hash -> holders is a prefix index without a tree. Holders are bits of one Python int per block,
+so "who holds block i" is one dict lookup whatever the number of ranks. While every holder's set
+is prefix-closed (rackserve.routing.closure; the usual case: caches store and evict whole chain
+tails), each rank's first miss along the request's chain is found by binary search - a few dozen
+lookups for a 1,000-block prompt. Otherwise (holes, snapshot blocks of unknown parent, a stale
+pool) it falls back to an exact walk whose lookups run in C (map + itertools.accumulate).
 
 Per-publisher sequence numbers: a gap marks that publisher stale (its entries are kept but not
 trusted) until a `cleared` event or `resync` rebuilds it; events at or below the last seen
@@ -19,6 +21,7 @@ from itertools import accumulate, repeat
 from operator import and_
 
 from rackserve.kv.events import KVEvent, Publisher, Tier
+from rackserve.routing.closure import UNKNOWN_PARENT, PrefixClosure
 from rackserve.routing.view import PrefixHit, RankKey
 
 _POOL_IN_HBM = 1  # pool flag bits: block is in some trusted spare-HBM pool holder
@@ -68,17 +71,26 @@ class IndexSnapshot:
 
 
 class PrefixIndex:
-    """The router's view of where KV blocks live, kept current by `apply(event)`."""
+    """The router's view of where KV blocks live, kept current by `apply(event)`.
+
+    Contract on events: a stored event's `parent_hash` names the parent of its first block (None
+    only when that block starts a chain); the other blocks follow one another in the chain.
+    """
 
     def __init__(self) -> None:
         self._bit_of: dict[HolderKey, int] = {}
         self._holders: list[HolderKey] = []
         self._contents: list[set[int]] = []
+        self._closures: list[PrefixClosure | None] = []  # per rank_hbm holder
         self._rank_key: dict[int, RankKey] = {}  # bit -> rank, for rank_hbm holders
         self._rank: dict[int, int] = {}  # hash -> bits of rank_hbm holders (stale ones included)
         self._pool_mask: dict[int, int] = {}  # hash -> bits of pool holders (stale ones included)
         self._pool: dict[int, int] = {}  # hash -> _POOL_IN_* flags over trusted pool holders
         self._pool_bits = {"pool_hbm": 0, "pool_dram": 0}
+        self._pool_any = PrefixClosure()  # union of every pool holder
+        self._pool_hbm = PrefixClosure()  # union of the spare-HBM pool holders
+        self._parent: dict[int, int | None] = {}  # hash -> parent hash, while anyone holds it
+        self._orphans = 0  # over every closure: 0 = binary-search lookups are exact
         self._stale: set[HolderKey] = set()
         self._stale_bits = 0
         self._tiers_of: dict[Publisher, set[Tier]] = {}
@@ -95,12 +107,13 @@ class PrefixIndex:
         if event.seq != last + 1:
             self._mark_stale(pub)
         self._seq[pub] = event.seq
+        hashes = event.block_hashes
         if event.kind == "stored":
-            self._store(self._bit(pub, event.tier), event.block_hashes)
+            self._store(self._bit(pub, event.tier), hashes, (event.parent_hash, *hashes[:-1]))
         elif event.kind == "removed":
-            self._remove(self._bit(pub, event.tier), event.block_hashes)
+            self._remove(self._bit(pub, event.tier), hashes)
         else:
-            self._reset(pub, event.tier, ())
+            self._reset(pub, event.tier, (), ())
         return True
 
     def apply_all(self, events: Iterable[KVEvent]) -> int:
@@ -108,13 +121,27 @@ class PrefixIndex:
         return sum(self.apply(e) for e in events)
 
     def resync(
-        self, publisher: Publisher, tier: Tier, block_hashes: Iterable[int], seq: int
+        self,
+        publisher: Publisher,
+        tier: Tier,
+        block_hashes: Sequence[int],
+        seq: int,
+        parent_hashes: Sequence[int | None] | None = None,
     ) -> None:
-        """Replace `publisher`'s view of `tier` by a snapshot taken at sequence number `seq`."""
+        """Replace `publisher`'s view of `tier` by a snapshot taken at sequence number `seq`.
+
+        parent_hashes (aligned with block_hashes) keep lookups on the fast path; blocks whose
+        parent is neither given nor already known make lookups take the exact walk.
+        """
         if seq < 0:
             raise ValueError(f"seq must be >= 0, got {seq}")
+        if parent_hashes is not None and len(parent_hashes) != len(block_hashes):
+            raise ValueError("parent_hashes must be as long as block_hashes")
+        parents = (
+            parent_hashes if parent_hashes is not None else [UNKNOWN_PARENT] * len(block_hashes)
+        )
         self._tiers_of.setdefault(publisher, set()).add(tier)
-        self._reset(publisher, tier, tuple(block_hashes))
+        self._reset(publisher, tier, tuple(block_hashes), tuple(parents))
         self._seq[publisher] = seq
 
     def is_stale(self, publisher: Publisher) -> bool:
@@ -129,6 +156,12 @@ class PrefixIndex:
     def blocks(self, publisher: Publisher, tier: Tier) -> frozenset[int]:
         bit = self._bit_of.get((publisher, tier))
         return frozenset() if bit is None else frozenset(self._contents[bit])
+
+    @property
+    def prefix_closed(self) -> bool:
+        """True when lookups take the binary-search path (no holes, no stale pool holder)."""
+        pool_bits = self._pool_bits["pool_hbm"] | self._pool_bits["pool_dram"]
+        return self._orphans == 0 and not self._stale_bits & pool_bits
 
     def __len__(self) -> int:
         """Indexed (holder, block) entries."""
@@ -146,16 +179,60 @@ class PrefixIndex:
 
     # ---- lookup -------------------------------------------------------------------------------
     def match(
-        self, block_hashes: Sequence[int], block_size: int, prompt_tokens: int
+        self,
+        block_hashes: Sequence[int],
+        block_size: int,
+        prompt_tokens: int,
+        exact_walk: bool = False,
     ) -> PrefixMatch:
-        """Cached prefix of a request (its chained block hashes) on every rank and in the pool."""
-        rank_blocks = self._rank_prefixes(block_hashes)
-        starts = {0, *rank_blocks.values()}
-        return PrefixMatch(
-            block_size, prompt_tokens, rank_blocks, self._pool_runs(block_hashes, starts)
-        )
+        """Cached prefix of a request (its chained block hashes) on every rank and in the pool.
 
-    def _rank_prefixes(self, hashes: Sequence[int]) -> dict[RankKey, int]:
+        exact_walk forces the block-by-block walk (for tests comparing the two paths).
+        """
+        if self.prefix_closed and not exact_walk:
+            ranks = self._rank_prefixes_search(block_hashes)
+            pool = self._pool_runs_search(block_hashes, {0, *ranks.values()})
+        else:
+            ranks = self._rank_prefixes_walk(block_hashes)
+            pool = self._pool_runs_walk(block_hashes, {0, *ranks.values()})
+        return PrefixMatch(block_size, prompt_tokens, ranks, pool)
+
+    def _rank_prefixes_search(self, hashes: Sequence[int]) -> dict[RankKey, int]:
+        # Prefix-closed holders: the holder mask along the chain only loses bits, so each
+        # change point is found by binary search ("mask still equals its value at pos").
+        get = self._rank.get
+        n = len(hashes)
+        value = get(hashes[0], 0) if n else 0
+        trusted = ~self._stale_bits
+        out: dict[RankKey, int] = {}
+        pos = 0
+        while value:
+            lo, hi = pos + 1, n
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if get(hashes[mid], 0) == value:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            nxt = get(hashes[lo], 0) if lo < n else 0
+            self._record_drops(out, value & ~nxt & trusted, lo)
+            value, pos = nxt, lo
+        return out
+
+    def _pool_runs_search(
+        self, hashes: Sequence[int], starts: set[int]
+    ) -> dict[int, tuple[int, int]]:
+        # Prefix-closed unions: the pool holds blocks [0, end_any) of the chain, and its spare
+        # HBM tier holds [0, end_hbm) with end_hbm <= end_any.
+        end_any = _first_without(self._pool.get, hashes, _POOL_IN_HBM | _POOL_IN_DRAM)
+        end_hbm = _first_without(self._pool.get, hashes, _POOL_IN_HBM)
+        out: dict[int, tuple[int, int]] = {}
+        for s in starts:
+            in_hbm = max(0, end_hbm - s)
+            out[s] = (in_hbm, max(0, end_any - s) - in_hbm)
+        return out
+
+    def _rank_prefixes_walk(self, hashes: Sequence[int]) -> dict[RankKey, int]:
         masks = _until_miss(self._rank.get, hashes, 0)
         if not masks:
             return {}
@@ -168,14 +245,12 @@ class PrefixIndex:
             last = j + 1 == len(values)
             nxt = 0 if last else values[j + 1]
             end = len(cum) if last else cum.index(nxt)
-            dropped = value & ~nxt & trusted
-            while dropped:
-                low = dropped & -dropped
-                out[self._rank_key[low.bit_length() - 1]] = end
-                dropped ^= low
+            self._record_drops(out, value & ~nxt & trusted, end)
         return out
 
-    def _pool_runs(self, hashes: Sequence[int], starts: set[int]) -> dict[int, tuple[int, int]]:
+    def _pool_runs_walk(
+        self, hashes: Sequence[int], starts: set[int]
+    ) -> dict[int, tuple[int, int]]:
         get = self._pool.get
         first = _until_miss(get, hashes, 0)
         out: dict[int, tuple[int, int]] = {}
@@ -184,6 +259,12 @@ class PrefixIndex:
             dram_only = run.count(_POOL_IN_DRAM)
             out[s] = (len(run) - dram_only, dram_only)
         return out
+
+    def _record_drops(self, out: dict[RankKey, int], dropped: int, end: int) -> None:
+        while dropped:
+            low = dropped & -dropped
+            out[self._rank_key[low.bit_length() - 1]] = end
+            dropped ^= low
 
     # ---- internals ----------------------------------------------------------------------------
     def _bit(self, pub: Publisher, tier: Tier) -> int:
@@ -195,6 +276,7 @@ class PrefixIndex:
         self._bit_of[key] = bit
         self._holders.append(key)
         self._contents.append(set())
+        self._closures.append(PrefixClosure() if tier == "rank_hbm" else None)
         if tier == "rank_hbm":
             self._rank_key[bit] = (pub.instance, pub.dp_rank)
         else:
@@ -203,37 +285,63 @@ class PrefixIndex:
             self._stale_bits |= 1 << bit
         return bit
 
-    def _store(self, bit: int, hashes: Iterable[int]) -> None:
-        flag = 1 << bit
-        self._contents[bit].update(hashes)
-        if bit in self._rank_key:
-            rank = self._rank
-            for h in hashes:
-                rank[h] = rank.get(h, 0) | flag
-            return
-        for h in hashes:
-            self._pool_mask[h] = self._pool_mask.get(h, 0) | flag
-            self._refresh_pool(h)
+    def _store(self, bit: int, hashes: Sequence[int], parents: Sequence[int | None]) -> None:
+        content, flag, closure = self._contents[bit], 1 << bit, self._closures[bit]
+        table = self._rank if closure is not None else self._pool_mask
+        for h, p in zip(hashes, parents, strict=True):
+            if h in content:
+                continue
+            content.add(h)
+            old = table.get(h, 0)
+            table[h] = old | flag
+            parent = self._parent.setdefault(h, p)
+            if closure is not None:
+                self._orphans += closure.added(h, parent, content.__contains__)
+            else:
+                self._pool_changed(h, parent, old, old | flag)
 
     def _remove(self, bit: int, hashes: Iterable[int]) -> None:
-        flag = 1 << bit
-        self._contents[bit].difference_update(hashes)
-        table = self._rank if bit in self._rank_key else self._pool_mask
+        content, flag, closure = self._contents[bit], 1 << bit, self._closures[bit]
+        table = self._rank if closure is not None else self._pool_mask
         for h in hashes:
-            left = table.get(h, 0) & ~flag
-            if left:
-                table[h] = left
+            if h not in content:
+                continue
+            content.discard(h)
+            old = table[h]
+            if old & ~flag:
+                table[h] = old & ~flag
             else:
-                table.pop(h, None)
-            if table is self._pool_mask:
-                self._refresh_pool(h)
+                del table[h]
+            parent = self._parent[h]
+            if closure is not None:
+                self._orphans += closure.removed(h, parent, content.__contains__)
+            else:
+                self._pool_changed(h, parent, old, old & ~flag)
+            if h not in self._rank and h not in self._pool_mask:
+                del self._parent[h]
 
-    def _reset(self, pub: Publisher, tier: Tier, hashes: tuple[int, ...]) -> None:
+    def _pool_changed(self, h: int, parent: int | None, old: int, new: int) -> None:
+        """Keep the pool unions' closures and the trusted tier flags in step with one block."""
+        hbm = self._pool_bits["pool_hbm"]
+        if not old or not new:
+            step = self._pool_any.added if new else self._pool_any.removed
+            self._orphans += step(h, parent, self._pool_mask.__contains__)
+        if bool(old & hbm) != bool(new & hbm):
+            step = self._pool_hbm.added if new & hbm else self._pool_hbm.removed
+            self._orphans += step(h, parent, self._in_pool_hbm)
+        self._refresh_pool(h)
+
+    def _in_pool_hbm(self, h: int) -> bool:
+        return bool(self._pool_mask.get(h, 0) & self._pool_bits["pool_hbm"])
+
+    def _reset(
+        self, pub: Publisher, tier: Tier, hashes: tuple[int, ...], parents: tuple[int | None, ...]
+    ) -> None:
         """Forget a holder's blocks, trust it again, and store `hashes` (a snapshot) in it."""
         bit = self._bit(pub, tier)
         self._remove(bit, tuple(self._contents[bit]))
         self._set_stale(pub, tier, False)
-        self._store(bit, hashes)
+        self._store(bit, hashes, parents)
 
     def _mark_stale(self, pub: Publisher) -> None:
         for tier in self._tiers_of[pub]:
@@ -263,6 +371,18 @@ class PrefixIndex:
             self._pool[h] = flags
         else:
             self._pool.pop(h, None)
+
+
+def _first_without(get: Callable[[int, int], int], hashes: Sequence[int], bits: int) -> int:
+    """First i with get(hashes[i], 0) & bits == 0, for a predicate true on a prefix only."""
+    lo, hi = 0, len(hashes)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if get(hashes[mid], 0) & bits:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _until_miss(get: Callable[[int, int], int], hashes: Sequence[int], start: int) -> list[int]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +24,7 @@ def _loaded() -> tuple[PrefixIndex, dict[Publisher, EventSequencer]]:
     idx.apply(seqs[A].make("stored", "rank_hbm", tuple(CHAIN[:4])))
     idx.apply(seqs[B].make("stored", "rank_hbm", tuple(CHAIN[:2])))
     idx.apply(seqs[POOL].make("stored", "pool_hbm", tuple(CHAIN[:6])))
-    idx.apply(seqs[POOL].make("stored", "pool_dram", tuple(CHAIN[5:8])))
+    idx.apply(seqs[POOL].make("stored", "pool_dram", tuple(CHAIN[5:8]), CHAIN[4]))
     return idx, seqs
 
 
@@ -78,8 +80,8 @@ def test_duplicate_events_are_ignored():
 
 def test_gap_marks_publisher_stale_until_cleared():
     idx, seqs = _loaded()
-    seqs[A].make("stored", "rank_hbm", tuple(CHAIN[4:6]))  # seq 2 lost in transit
-    idx.apply(seqs[A].make("stored", "rank_hbm", tuple(CHAIN[6:7])))  # seq 3: gap
+    seqs[A].make("stored", "rank_hbm", tuple(CHAIN[4:6]), CHAIN[3])  # seq 2 lost in transit
+    idx.apply(seqs[A].make("stored", "rank_hbm", tuple(CHAIN[6:7]), CHAIN[5]))  # seq 3: gap
     assert idx.is_stale(A) and not idx.is_stale(B)
     assert idx.stale_publishers() == frozenset({A})
     assert _hit(idx, A).rank_hbm == 0  # A's entries are not trusted
@@ -124,9 +126,15 @@ def test_first_event_not_numbered_one_is_a_gap():
     assert idx.is_stale(C)
 
 
-def _stream(seed: int, n: int) -> list[KVEvent]:
-    import random
+CHAIN2 = CHAIN[:4] + block_hashes(TOKENS[4 * BS :][::-1], BS, "m", parent=CHAIN[3])  # a branch
 
+
+def _stored(seq: EventSequencer, tier: str, chain: list[int], lo: int, hi: int) -> KVEvent:
+    return seq.make("stored", tier, tuple(chain[lo:hi]), chain[lo - 1] if lo else None)
+
+
+def _stream(seed: int, n: int) -> list[KVEvent]:
+    """Any stores and removes of chain slices (holes included), parents per the event contract."""
     rng = random.Random(seed)
     pubs = {p: EventSequencer(p) for p in (A, B, C, POOL)}
     out = []
@@ -134,9 +142,73 @@ def _stream(seed: int, n: int) -> list[KVEvent]:
         pub = rng.choice(list(pubs))
         tier = rng.choice(["pool_hbm", "pool_dram"]) if pub is POOL else "rank_hbm"
         kind = rng.choices(["stored", "removed", "cleared"], [6, 3, 1])[0]
-        lo = rng.randrange(len(CHAIN))
-        hashes = () if kind == "cleared" else tuple(CHAIN[lo : rng.randrange(lo, len(CHAIN)) + 1])
-        out.append(pubs[pub].make(kind, tier, hashes))
+        chain = rng.choice([CHAIN, CHAIN2])
+        lo = rng.randrange(len(chain))
+        hi = rng.randrange(lo, len(chain)) + 1
+        if kind == "stored":
+            out.append(_stored(pubs[pub], tier, chain, lo, hi))
+        else:
+            out.append(pubs[pub].make(kind, tier, () if kind == "cleared" else tuple(chain[lo:hi])))
+    return out
+
+
+def _prefix_len(chain: list[int], held: set[int]) -> int:
+    n = 0
+    while n < len(chain) and chain[n] in held:
+        n += 1
+    return n
+
+
+def _keep_stem(chain_idx: int, k: int, sets: list[set[int]]) -> int:
+    """First block to drop from `k` on, keeping the stem the other branch still uses."""
+    other = _prefix_len((CHAIN, CHAIN2)[1 - chain_idx], set().union(*sets))
+    return max(k, min(4, other)) if k < 4 else k
+
+
+def _closed_stream(seed: int, n: int) -> list[KVEvent]:
+    """Stores of whole prefixes, evictions of tails, pool demotions of tails from HBM to DRAM:
+    every holder and both pool unions stay prefix-closed."""
+    rng = random.Random(seed)
+    pubs = {p: EventSequencer(p) for p in (A, B, C, POOL)}
+    ranks = {p: set() for p in (A, B, C)}
+    hbm, dram = set(), set()
+    out = []
+    for _ in range(n):
+        pub, c = rng.choice(list(pubs)), rng.randrange(2)
+        chain, k = (CHAIN, CHAIN2)[c], rng.randrange(len(CHAIN) + 1)
+        if pub is not POOL:
+            held = ranks[pub]
+            have = _prefix_len(chain, held)
+            if k > have:
+                out.append(_stored(pubs[pub], "rank_hbm", chain, have, k))
+                held.update(chain[have:k])
+            elif k < have:
+                gone = chain[_keep_stem(c, k, [held]) : have]
+                if gone:
+                    out.append(pubs[pub].make("removed", "rank_hbm", tuple(gone)))
+                    held.difference_update(gone)
+            continue
+        h, u = _prefix_len(chain, hbm), _prefix_len(chain, hbm | dram)
+        op = rng.choice(["store", "demote", "evict"])
+        if op == "store" and k > u:
+            tier, target = ("pool_hbm", hbm) if h == u else ("pool_dram", dram)
+            out.append(_stored(pubs[POOL], tier, chain, u, k))
+            target.update(chain[u:k])
+        elif op == "demote" and k < h:
+            moved = chain[_keep_stem(c, k, [hbm]) : h]
+            if moved:
+                out.append(pubs[POOL].make("removed", "pool_hbm", tuple(moved)))
+                hbm.difference_update(moved)
+                first = chain.index(moved[0])
+                out.append(_stored(pubs[POOL], "pool_dram", chain, first, first + len(moved)))
+                dram.update(moved)
+        elif op == "evict" and k < u:
+            gone = chain[_keep_stem(c, k, [hbm, dram]) : u]
+            for tier, target in (("pool_hbm", hbm), ("pool_dram", dram)):
+                mine = tuple(x for x in gone if x in target)
+                if mine:
+                    out.append(pubs[POOL].make("removed", tier, mine))
+                    target.difference_update(mine)
     return out
 
 
@@ -180,14 +252,46 @@ def _reference_hit(
     return PrefixHit(h, p, min(tiers.count("d") * BS, room - h - p))
 
 
+def _check(idx: PrefixIndex, events: list[KVEvent], prompt_blocks: int) -> None:
+    prompt = prompt_blocks * BS + 3
+    for chain in (CHAIN, CHAIN2):
+        for pub in (A, B, C):
+            want = _reference_hit(events, pub, chain[:prompt_blocks], prompt)
+            assert _hit(idx, pub, chain[:prompt_blocks], prompt) == want
+            key = (pub.instance, pub.dp_rank)
+            assert idx.match(chain[:prompt_blocks], BS, prompt, exact_walk=True).hit(key) == want
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 80), prompt_blocks=st.integers(1, 10))
 def test_matches_agree_with_a_naive_walk(seed: int, n: int, prompt_blocks: int):
     events = _stream(seed, n)
     idx = PrefixIndex()
     idx.apply_all(events)
-    prompt = prompt_blocks * BS + 3
-    for pub in (A, B, C):
-        assert _hit(idx, pub, CHAIN[:prompt_blocks], prompt) == _reference_hit(
-            events, pub, CHAIN[:prompt_blocks], prompt
-        )
+    _check(idx, events, prompt_blocks)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 80), prompt_blocks=st.integers(1, 10))
+def test_prefix_closed_streams_take_the_search_path_and_agree(
+    seed: int, n: int, prompt_blocks: int
+):
+    events = _closed_stream(seed, n)
+    idx = PrefixIndex()
+    idx.apply_all(events)
+    assert idx.prefix_closed
+    _check(idx, events, prompt_blocks)
+
+
+def test_a_hole_or_an_unknown_parent_leaves_the_search_path():
+    idx, seqs = _loaded()
+    assert idx.prefix_closed
+    idx.apply(seqs[A].make("removed", "rank_hbm", (CHAIN[1],)))
+    assert not idx.prefix_closed  # A holds 0, 2, 3
+    idx.apply(seqs[A].make("stored", "rank_hbm", (CHAIN[1],), CHAIN[0]))
+    assert idx.prefix_closed
+    idx.resync(C, "rank_hbm", [CHAIN[0], CHAIN2[5]], seq=0)  # CHAIN2[5]: parent never seen
+    assert not idx.prefix_closed
+    idx.resync(C, "rank_hbm", CHAIN2[:6], seq=0, parent_hashes=[None, *CHAIN2[:5]])
+    assert idx.prefix_closed
+    assert _hit(idx, C, CHAIN2) == PrefixHit(6 * BS, 0, 0)

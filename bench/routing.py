@@ -1,0 +1,316 @@
+"""Routing decision latency with 24 prefill ranks and ~1,000,000 indexed blocks, side by side with
+NVIDIA Dynamo's `dynamo.llm.RadixTree` fed the same KV-event stream and asked the same prefixes.
+
+Run:   .venv/bin/python bench/routing.py            (writes bench/results/routing.json)
+Needs: .venv-peers with ai-dynamo (see ../shared/ENVIRONMENT.md); the Dynamo half runs there as a
+       subprocess (`bench/routing.py --dynamo-worker DIR`), on the same events and queries.
+
+Workload (seeded): 12 DEP2 prefill instances (24 ranks), 64-token blocks, 8 shared system prompts
+of 64 blocks, agentic sessions of 30-600 conversation blocks stored turn by turn on a home rank
+(only blocks new to that rank are announced, as vLLM does), a quarter of sessions evicted from HBM
+later, sessions written through to the pool's spare-HBM (45%) or DRAM (40%) tier; until the
+index holds 1,000,000 (holder, block) entries. Queries: 80% next turns of existing sessions
+(+1-16 new blocks), 20% new sessions on a system prompt (+20-200 new blocks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULT = ROOT / "bench" / "results" / "routing.json"
+PEERS_PY = ROOT / ".venv-peers" / "bin" / "python"
+BLOCK = 64  # tokens per block (TimingSection.target_block_tokens)
+INSTANCES = 12  # DEP2 prefill instances -> 24 ranks
+SYSTEM_PROMPTS, SYSTEM_BLOCKS = 8, 64
+GOAL_MEDIAN_US = 50.0
+
+
+# ---- workload ---------------------------------------------------------------------------------
+def build_workload(seed: int, target_entries: int, n_queries: int):
+    """Events (rackserve KVEvents, in publish order) and query prompts (block-hash chains)."""
+    from rackserve.kv.block_hash import hash_block, root_hash
+    from rackserve.kv.events import EventSequencer, Publisher
+
+    rng = np.random.default_rng(seed)
+    root = root_hash("deepseek-v4.1-flash")
+
+    def extend(parent: int, n: int) -> list[int]:
+        tokens = rng.integers(0, 129_280, size=(n, BLOCK), dtype=np.uint32)
+        out = []
+        for row in tokens:
+            parent = hash_block(parent, row)
+            out.append(parent)
+        return out
+
+    systems = [extend(root, SYSTEM_BLOCKS) for _ in range(SYSTEM_PROMPTS)]
+    ranks = [Publisher(f"prefill-{i}", d) for i in range(INSTANCES) for d in range(2)]
+    seqs = {p: EventSequencer(p) for p in ranks}
+    pool = EventSequencer(Publisher("pool", 0))
+    held: dict = {p: set() for p in ranks}
+    events, sessions, entries = [], [], 0
+    while entries < target_entries:
+        chain = systems[rng.integers(SYSTEM_PROMPTS)] + []
+        chain = chain + extend(chain[-1], int(rng.integers(30, 601)))
+        home = ranks[rng.integers(len(ranks))]
+        start = SYSTEM_BLOCKS
+        while start < len(chain):  # turn by turn: each prefill stores its new blocks
+            end = min(len(chain), start + int(rng.integers(10, 61)))
+            new = [h for h in chain[:end] if h not in held[home]]
+            parent = None if chain.index(new[0]) == 0 else chain[chain.index(new[0]) - 1]
+            events.append(seqs[home].make("stored", "rank_hbm", tuple(new), parent))
+            held[home].update(new)
+            entries += len(new)
+            start = end
+        tier = rng.choice(["pool_hbm", "pool_dram", "none"], p=[0.45, 0.40, 0.15])
+        if tier != "none":
+            events.append(pool.make("stored", str(tier), tuple(chain), None))
+            entries += len(chain)
+        if rng.random() < 0.25:  # LRU later evicted this session's own blocks from HBM
+            own = tuple(chain[SYSTEM_BLOCKS:])
+            events.append(seqs[home].make("removed", "rank_hbm", own))
+            held[home].difference_update(own)
+            entries -= len(own)
+        sessions.append(chain)
+    queries = []
+    for _ in range(n_queries):
+        if rng.random() < 0.8:
+            base = sessions[rng.integers(len(sessions))]
+            chain = base + extend(base[-1], int(rng.integers(1, 17)))
+        else:
+            base = systems[rng.integers(SYSTEM_PROMPTS)]
+            chain = base + extend(base[-1], int(rng.integers(20, 201)))
+        queries.append(chain)
+    return events, queries
+
+
+def cluster_view(seed: int):
+    from rackserve.routing import ClusterView, RankState
+
+    rng = np.random.default_rng(seed + 1)
+    prefill = tuple(
+        RankState(
+            f"prefill-{i}",
+            d,
+            "dep2",
+            "prefill",
+            queued_tokens=int(q * 40_000),
+            queued_work_s=float(q),
+            running_seqs=int(rng.integers(0, 8)),
+        )
+        for i in range(INSTANCES)
+        for d in range(2)
+        for q in [rng.uniform(0, 0.05)]
+    )
+    decode = tuple(
+        RankState("decode-0", d, "wide-ep", "decode", active_decode_blocks=int(rng.integers(0, 5000)))
+        for d in range(8)
+    )
+    return ClusterView(prefill + decode)
+
+
+class BenchCost:
+    """Stand-in cost model with the TimingModel's two methods: per-token prefill time on a DEP2
+    rank with an attention term growing with context, and per-token KV transfer per pool tier.
+    (Replace with rackserve.timing.TimingModel once it lands; the policy calls exactly these.)"""
+
+    PREFILL_S_PER_TOKEN = 25e-6
+    ATTN_S_PER_TOKEN_PAIR = 2e-11
+    TRANSFER_S_PER_TOKEN = {"pool_hbm": 0.35e-6, "pool_dram": 1.4e-6}
+
+    def prefill_estimate_s(self, layout: str, new_tokens: int, cached_tokens: int) -> float:
+        ctx = cached_tokens + new_tokens / 2
+        return new_tokens * (self.PREFILL_S_PER_TOKEN + self.ATTN_S_PER_TOKEN_PAIR * ctx)
+
+    def kv_transfer_s(self, tokens: int, tier: str) -> float:
+        return tokens * self.TRANSFER_S_PER_TOKEN[tier]
+
+
+# ---- timing helpers ---------------------------------------------------------------------------
+def _time_each(fn, items, repeats: int = 1) -> list[float]:
+    """Microseconds per call of fn(item), each item timed separately, `repeats` passes."""
+    clock = time.perf_counter_ns
+    out = []
+    for _ in range(repeats):
+        for item in items:
+            t0 = clock()
+            fn(item)
+            out.append((clock() - t0) / 1000)
+    return out
+
+
+def _summary(us: list[float]) -> dict[str, float]:
+    s = sorted(us)
+    return {
+        "median_us": round(statistics.median(s), 2),
+        "p99_us": round(s[min(len(s) - 1, int(0.99 * len(s)))], 2),
+        "mean_us": round(sum(s) / len(s), 2),
+        "calls": len(s),
+    }
+
+
+# ---- rackserve side ---------------------------------------------------------------------------
+def run_rackserve(events, queries, seed: int) -> tuple[dict, list]:
+    from rackserve.routing import PolicySettings, PrefixIndex, RequestView, Router, make_policy
+
+    index = PrefixIndex()
+    t0 = time.perf_counter()
+    index.apply_all(events)
+    apply_s = time.perf_counter() - t0
+    cluster = cluster_view(seed)
+    cost = BenchCost()
+    reqs = [RequestView(tuple(q), len(q) * BLOCK - 17, BLOCK) for q in queries]
+    out = {
+        "indexed_entries": len(index),
+        "events": len(events),
+        "apply_s": round(apply_s, 3),
+        "apply_blocks_per_s": round(sum(len(e.block_hashes) for e in events) / apply_s),
+    }
+    _time_each(lambda r: index.match(r.block_hashes, BLOCK, r.prompt_tokens), reqs[:200])  # warm
+    out["match"] = _summary(
+        _time_each(lambda r: index.match(r.block_hashes, BLOCK, r.prompt_tokens), reqs, 3)
+    )
+    for name in ("least-uncached-work", "dynamo-kv"):
+        router = Router(make_policy(name, PolicySettings(cost=cost, seed=seed)), index)
+        _time_each(lambda r, router=router: router.route(r, cluster), reqs[:200])
+        out[f"decision[{name}]"] = _summary(
+            _time_each(lambda r, router=router: router.route(r, cluster), reqs, 3)
+        )
+    hbm = [index.match(r.block_hashes, BLOCK, r.prompt_tokens) for r in reqs]
+    scores = [
+        {f"{k[0]}/{k[1]}": v for k, v in m.rank_blocks.items()} | {"pool": sum(m.pool_runs[0])}
+        for m in hbm
+    ]
+    return out, scores
+
+
+# ---- Dynamo side (runs inside .venv-peers) ----------------------------------------------------
+def write_dynamo_input(events, queries, folder: Path) -> dict[str, int]:
+    """Each (publisher, tier) becomes one Dynamo worker id; events as Dynamo KvCacheEvent JSON."""
+    workers: dict[str, int] = {}
+    with open(folder / "events.jsonl", "w") as f:
+        for e in events:
+            name = e.publisher.key if e.tier == "rank_hbm" else f"pool:{e.tier}"
+            wid = workers.setdefault(name, len(workers))
+            if e.kind == "stored":
+                blocks = [{"block_hash": h, "tokens_hash": h} for h in e.block_hashes]
+                data = {"stored": {"parent_hash": e.parent_hash, "blocks": blocks}}
+            else:
+                data = {"removed": {"block_hashes": list(e.block_hashes)}}
+            f.write(json.dumps([wid, {"event_id": e.seq, "data": data}]) + "\n")
+    (folder / "queries.json").write_text(json.dumps(queries))
+    return workers
+
+
+def dynamo_worker(folder: Path) -> None:
+    from dynamo.llm import RadixTree
+
+    tree = RadixTree()
+    lines = (folder / "events.jsonl").read_text().splitlines()
+    parsed = [(json.loads(line)[0], json.dumps(json.loads(line)[1]).encode()) for line in lines]
+    t0 = time.perf_counter()
+    for wid, body in parsed:
+        tree.apply_event(wid, body)
+    apply_s = time.perf_counter() - t0
+    queries = json.loads((folder / "queries.json").read_text())
+    _time_each(tree.find_matches, queries[:200])
+    lookups = _time_each(tree.find_matches, queries, 3)
+    scores = [{str(w): s for (w, _), s in tree.find_matches(q).scores.items()} for q in queries]
+    blocks = sum(len(json.loads(line)[1]["data"].get("stored", {}).get("blocks", [])) for line in lines)
+    result = {
+        "apply_s": round(apply_s, 3),
+        "apply_blocks_per_s": round(blocks / apply_s),
+        "find_matches": _summary(lookups),
+        "scores": scores,
+    }
+    (folder / "dynamo.json").write_text(json.dumps(result))
+
+
+def run_dynamo(events, queries) -> tuple[dict, list, dict[str, int]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        workers = write_dynamo_input(events, queries, folder)
+        env = dict(os.environ, PYTHONPATH="")
+        subprocess.run(
+            [str(PEERS_PY), __file__, "--dynamo-worker", tmp], check=True, env=env, cwd=str(ROOT)
+        )
+        result = json.loads((folder / "dynamo.json").read_text())
+    return result, result.pop("scores"), workers
+
+
+def agreement(ours: list, theirs: list, workers: dict[str, int]) -> float:
+    """Share of queries where every rank's HBM prefix and the pool prefix agree with Dynamo's."""
+    name_of = {str(w): n for n, w in workers.items()}
+    same = 0
+    for mine, dyn in zip(ours, theirs, strict=True):
+        pool = max((s for w, s in dyn.items() if name_of[w].startswith("pool:")), default=0)
+        ranks = {name_of[w]: s for w, s in dyn.items() if not name_of[w].startswith("pool:")}
+        same += ({k: v for k, v in mine.items() if k != "pool"} == ranks) and mine["pool"] >= pool
+    return same / len(ours)
+
+
+# ---- main -------------------------------------------------------------------------------------
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--entries", type=int, default=1_000_000)
+    ap.add_argument("--queries", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=RESULT)
+    ap.add_argument("--dynamo-worker", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.dynamo_worker:
+        dynamo_worker(args.dynamo_worker)
+        return
+    t0 = time.perf_counter()
+    events, queries = build_workload(args.seed, args.entries, args.queries)
+    gen_s = time.perf_counter() - t0
+    ours, our_scores = run_rackserve(events, queries, args.seed)
+    dyn, dyn_scores, workers = run_dynamo(events, queries)
+    result = {
+        "command": "python bench/routing.py " + " ".join(sys.argv[1:]),
+        "workload": {
+            "prefill_ranks": INSTANCES * 2,
+            "block_tokens": BLOCK,
+            "queries": len(queries),
+            "mean_query_blocks": round(sum(map(len, queries)) / len(queries), 1),
+            "generate_s": round(gen_s, 1),
+            "seed": args.seed,
+        },
+        "rackserve": ours,
+        "dynamo_radix_tree": dyn,
+        "agreement_with_dynamo": agreement(our_scores, dyn_scores, workers),
+        "goal_median_us": GOAL_MEDIAN_US,
+        "cost_model": "bench stand-in (BenchCost)",
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print_table(result)
+
+
+def print_table(r: dict) -> None:
+    d = r["dynamo_radix_tree"]["find_matches"]
+    print(f"{r['rackserve']['indexed_entries']:,} indexed blocks, {r['workload']['prefill_ranks']} ranks, "
+          f"{r['workload']['queries']} queries of {r['workload']['mean_query_blocks']} blocks on average")
+    print(f"{'what':40} {'median us':>10} {'p99 us':>10} {'Dynamo/this (median)':>22}")
+    rows = [("rackserve index.match", r["rackserve"]["match"])]
+    rows += [(f"rackserve {k}", v) for k, v in r["rackserve"].items() if k.startswith("decision[")]
+    rows += [("Dynamo RadixTree.find_matches", d)]
+    for name, s in rows:
+        print(f"{name:40} {s['median_us']:>10.1f} {s['p99_us']:>10.1f} {d['median_us'] / s['median_us']:>21.2f}x")
+    print(f"event apply: rackserve {r['rackserve']['apply_blocks_per_s']:,} blocks/s, "
+          f"Dynamo {r['dynamo_radix_tree']['apply_blocks_per_s']:,} blocks/s; "
+          f"agreement with Dynamo's prefixes: {r['agreement_with_dynamo']:.1%}")
+
+
+if __name__ == "__main__":
+    main()
