@@ -40,9 +40,10 @@ def gemm_time(hw: HardwareSpec, m, n: int, k: int, *, weight_dtype: str, math_dt
     m = np.asarray(m, dtype=np.float64)
     flops = 2.0 * m * n * k * groups
     bytes_ = groups * (k * n * hw.stored_bytes(weight_dtype) + m * k * act + m * n * 2.0)
-    ctas = np.ceil(np.maximum(m, 1.0) / CTA_TILE) * -(-n // CTA_TILE) * groups
-    if split_k:
-        ctas = np.maximum(ctas, min(hw.sm_count, groups * -(-n // CTA_TILE) * max(1, k // 256)))
+    col_tiles = np.ceil(np.asarray(n, dtype=np.float64) / CTA_TILE) * groups
+    ctas = np.ceil(np.maximum(m, 1.0) / CTA_TILE) * col_tiles
+    if split_k:  # K split in 256-deep slices until every SM has work
+        ctas = np.maximum(ctas, np.minimum(hw.sm_count, col_tiles * np.maximum(1, np.asarray(k) // 256)))
     stream_bw = np.minimum(ctas, hw.sm_count) * hw.microarch.per_sm_bw_bytes_per_s
     bw = np.minimum(hw.hbm_bw_bytes_per_s * hw.efficiency.gemm_memory * domain, stream_bw)
     t, t_c, t_m = roofline(flops, bytes_, hw.peak(math) * hw.gemm_eff(math), bw)
