@@ -155,3 +155,23 @@ class PrometheusServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def cluster_targets(
+    host: str, router_http_port: int, pool_metrics_port: int | None = None
+) -> dict[str, list[str]]:
+    """Scrape targets of a local cluster: the router (its /metrics merges the prefill and decode
+    workers, so they are not scraped twice) and the KV pool."""
+    targets = {"router": [f"{host}:{router_http_port}"]}
+    if pool_metrics_port:
+        targets["kvpool"] = [f"{host}:{pool_metrics_port}"]
+    return targets
+
+
+def start_if_available(
+    targets: Mapping[str, Sequence[str]], port: int = 0
+) -> PrometheusServer | None:
+    """What `rackserve up` does: a Prometheus when the binary is installed, else None (and a note)."""
+    if binary() is None:
+        return None
+    return PrometheusServer(targets, port=port).start()
