@@ -1,8 +1,7 @@
 """The KV pool's gRPC service: `PoolTiers` metadata behind one lock, effects applied to Redis.
 
-Handlers validate (INVALID_ARGUMENT naming the field), call the pure core, then publish the KV
-events and delete dropped bytes before replying, so the event stream and Redis never lag behind
-what a client was told. A watcher thread notices Redis restarting empty (the epoch key).
+Handlers validate (INVALID_ARGUMENT naming the field), call the pure core, and hand the KV events
+and dropped keys to the store's ordered publisher thread (off the request path). A watcher thread notices Redis restarting empty (the epoch key).
 """
 
 from __future__ import annotations
@@ -66,13 +65,12 @@ class PoolServicer(pb_grpc.KVPoolServicer):
         self.clock = clock
         self.lock = threading.Lock()
         self.epoch = 1
-        self.redis_ok = True
+        self.redis_ok = True  # the epoch watcher reached Redis last time
 
     # ---- effects and epoch ------------------------------------------------------------------
     def _apply(self) -> None:
         """Publish drained events and delete dropped bytes (caller holds the lock)."""
-        events, dropped = self.tiers.drain()
-        self.redis_ok = self.store.apply(events, dropped)
+        self.store.apply(*self.tiers.drain())
 
     def check_epoch(self) -> bool:
         """If Redis lost our epoch key (restarted empty), clear all metadata. True if it did."""
@@ -97,6 +95,7 @@ class PoolServicer(pb_grpc.KVPoolServicer):
         blocks = validate.reserve(request, self.options.max_blocks_per_request, self.options.max_block_bytes)
         parent = request.parent_hash if request.has_parent else None
         with self.lock:
+            self.store.settle([b.block_hash for b in blocks])
             now = self.clock()
             res = self.tiers.reserve(blocks, request.owner, now, parent)
             self._apply()
@@ -113,7 +112,7 @@ class PoolServicer(pb_grpc.KVPoolServicer):
             self._apply()
             done = set(committed)
             orphans = [h for h in written if h not in done and not self.tiers.is_known(h)]
-        self.store.delete_orphans(orphans)
+            self.store.apply([], orphans)  # bytes of reservations that expired before commit
         return pb.CommitReply(committed=committed)
 
     @_edge
@@ -173,7 +172,7 @@ class PoolServicer(pb_grpc.KVPoolServicer):
                             capacity_bytes=u.capacity_bytes, evictions=c.evictions[tier], hits=c.hits[tier])
 
     def Health(self, request: pb.HealthRequest, context: grpc.ServicerContext) -> pb.HealthReply:
-        return pb.HealthReply(serving=self.redis_ok, redis_url=self.options.redis_url,
+        return pb.HealthReply(serving=self.redis_ok and self.store.redis_ok, redis_url=self.options.redis_url,
                               key_prefix=self.options.key_prefix, event_stream=self.store.stream,
                               epoch=self.epoch, max_blocks_per_request=self.options.max_blocks_per_request)
 
@@ -216,4 +215,5 @@ class PoolServer:
         self._stop.set()
         self.grpc.stop(grace_s).wait()
         self._watcher.join(timeout=5.0)
+        self.store.close()
         self.store.client.close()

@@ -1,12 +1,15 @@
 """The pool service's Redis side: the epoch key, KV-event publishing and deletion of dropped blocks.
 
-The epoch key holds a token of the running pool. If Redis restarts empty the token is gone: the
+Events and deletions go out in order on one publisher thread, off the request path; a reservation
+of a hash whose deletion is still queued waits for it. The epoch key holds a token of the running pool. If Redis restarts empty the token is gone: the
 pool then forgets its metadata, publishes `cleared` and keeps serving (misses, not errors).
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import uuid
 
 import redis
@@ -25,7 +28,13 @@ class PoolStore:
         self.client = client
         self.key_prefix = key_prefix
         self.stream = stream
+        self.redis_ok = True
         self._token = ""
+        self._queue: queue.Queue[tuple[list[KVEvent], list[int]] | None] = queue.Queue()
+        self._dropping: set[int] = set()
+        self._dropping_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._publish_loop, name="kvpool-publisher", daemon=True)
+        self._thread.start()
 
     def claim(self) -> int:
         """Start a pool incarnation: delete block keys left by an earlier one, set a new token.
@@ -55,11 +64,41 @@ class PoolStore:
         self._renew_token()
         return True
 
-    def apply(self, events: list[KVEvent], dropped: list[int]) -> bool:
-        """Publish events and delete dropped blocks' bytes, in one round trip. False if Redis failed
-        (the events are then lost: their sequence numbers leave a gap the router detects)."""
+    def apply(self, events: list[KVEvent], dropped: list[int]) -> None:
+        """Queue events and deletions of dropped blocks' bytes for the publisher thread (kept in
+        order). A reservation of a hash still being deleted must call `settle` first."""
         if not events and not dropped:
-            return True
+            return
+        with self._dropping_lock:
+            self._dropping.update(dropped)
+        self._queue.put((events, dropped))
+
+    def settle(self, hashes: list[int]) -> None:
+        """Wait until none of `hashes` is still queued for deletion (so new bytes survive)."""
+        with self._dropping_lock:
+            busy = not self._dropping.isdisjoint(hashes)
+        if busy:
+            self.flush()
+
+    def flush(self) -> None:
+        """Wait until every queued event is published and every dropped key deleted."""
+        self._queue.join()
+
+    def _publish_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                self.redis_ok = self._publish(*item)
+                with self._dropping_lock:
+                    self._dropping.difference_update(item[1])
+            finally:
+                self._queue.task_done()
+
+    def _publish(self, events: list[KVEvent], dropped: list[int]) -> bool:
+        """One round trip; False if Redis failed (the events are then lost: their sequence numbers
+        leave a gap the router detects; the keys are gone anyway if Redis restarted empty)."""
         pipe = self.client.pipeline(transaction=False)
         for event in events:
             pipe.xadd(self.stream, kvevents.encode(event), maxlen=kvevents.DEFAULT_MAXLEN, approximate=True)  # type: ignore[arg-type]
@@ -72,10 +111,7 @@ class PoolStore:
             return False
         return True
 
-    def delete_orphans(self, hashes: list[int]) -> None:
-        """Delete bytes written for reservations that expired before commit."""
-        if hashes:
-            try:
-                self.client.unlink(*(block_key(self.key_prefix, h) for h in hashes))
-            except redis.RedisError as exc:
-                log.warning("pool could not delete %d orphan keys: %s", len(hashes), exc)
+    def close(self) -> None:
+        """Publish what is queued, then stop the publisher thread."""
+        self._queue.put(None)
+        self._thread.join(timeout=10.0)

