@@ -15,7 +15,8 @@ start() {
     echo "engine already running (pid $(cat "$PIDFILE"))" >&2; return
   fi
   # The netns lives as long as the unshare'd shell; dockerd starts its own containerd inside it.
-  unshare --net --fork sh -c "ip link set lo up; exec dockerd \
+  # nice 19: the engine and every container it starts yield the shared cores to everything else.
+  nice -n 19 unshare --net --fork sh -c "ip link set lo up; exec dockerd \
       --data-root $DOCKER_STATE/data --exec-root $DOCKER_STATE/exec \
       --pidfile $DOCKER_STATE/dockerd.pid -H unix://$SOCK \
       --iptables=false --ip-masq=false --bridge=none --storage-driver=overlay2" \
