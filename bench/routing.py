@@ -113,7 +113,9 @@ def cluster_view(seed: int):
         for q in [rng.uniform(0, 0.05)]
     )
     decode = tuple(
-        RankState("decode-0", d, "wide-ep", "decode", active_decode_blocks=int(rng.integers(0, 5000)))
+        RankState(
+            "decode-0", d, "wide-ep", "decode", active_decode_blocks=int(rng.integers(0, 5000))
+        )
         for d in range(8)
     )
     return ClusterView(prefill + decode)
@@ -226,7 +228,9 @@ def dynamo_worker(folder: Path) -> None:
     _time_each(tree.find_matches, queries[:200])
     lookups = _time_each(tree.find_matches, queries, 3)
     scores = [{str(w): s for (w, _), s in tree.find_matches(q).scores.items()} for q in queries]
-    blocks = sum(len(json.loads(line)[1]["data"].get("stored", {}).get("blocks", [])) for line in lines)
+    blocks = sum(
+        len(json.loads(line)[1]["data"].get("stored", {}).get("blocks", [])) for line in lines
+    )
     result = {
         "apply_s": round(apply_s, 3),
         "apply_blocks_per_s": round(blocks / apply_s),
@@ -299,17 +303,23 @@ def main() -> None:
 
 def print_table(r: dict) -> None:
     d = r["dynamo_radix_tree"]["find_matches"]
-    print(f"{r['rackserve']['indexed_entries']:,} indexed blocks, {r['workload']['prefill_ranks']} ranks, "
-          f"{r['workload']['queries']} queries of {r['workload']['mean_query_blocks']} blocks on average")
+    print(
+        f"{r['rackserve']['indexed_entries']:,} indexed blocks, {r['workload']['prefill_ranks']} ranks, "
+        f"{r['workload']['queries']} queries of {r['workload']['mean_query_blocks']} blocks on average"
+    )
     print(f"{'what':40} {'median us':>10} {'p99 us':>10} {'Dynamo/this (median)':>22}")
     rows = [("rackserve index.match", r["rackserve"]["match"])]
     rows += [(f"rackserve {k}", v) for k, v in r["rackserve"].items() if k.startswith("decision[")]
     rows += [("Dynamo RadixTree.find_matches", d)]
     for name, s in rows:
-        print(f"{name:40} {s['median_us']:>10.1f} {s['p99_us']:>10.1f} {d['median_us'] / s['median_us']:>21.2f}x")
-    print(f"event apply: rackserve {r['rackserve']['apply_blocks_per_s']:,} blocks/s, "
-          f"Dynamo {r['dynamo_radix_tree']['apply_blocks_per_s']:,} blocks/s; "
-          f"agreement with Dynamo's prefixes: {r['agreement_with_dynamo']:.1%}")
+        print(
+            f"{name:40} {s['median_us']:>10.1f} {s['p99_us']:>10.1f} {d['median_us'] / s['median_us']:>21.2f}x"
+        )
+    print(
+        f"event apply: rackserve {r['rackserve']['apply_blocks_per_s']:,} blocks/s, "
+        f"Dynamo {r['dynamo_radix_tree']['apply_blocks_per_s']:,} blocks/s; "
+        f"agreement with Dynamo's prefixes: {r['agreement_with_dynamo']:.1%}"
+    )
 
 
 if __name__ == "__main__":

@@ -11,9 +11,7 @@ def place_decode(cluster: ClusterView, layout: str | None = None) -> RankState |
     None when the view has no decode ranks at all (aggregated serving); NoRankAvailable when it
     has some but none healthy of `layout`.
     """
-    candidates = cluster.decode_ranks(layout)
-    if not candidates:
-        if any(r.role == "decode" for r in cluster.ranks):
-            raise NoRankAvailable(f"decode_layout: no healthy decode rank of layout {layout!r}")
-        return None
-    return min(candidates, key=lambda r: (r.active_decode_blocks, r.running_seqs))
+    best = cluster.least_loaded_decode(layout)
+    if best is None and any(r.role == "decode" for r in cluster.ranks):
+        raise NoRankAvailable(f"decode_layout: no healthy decode rank of layout {layout!r}")
+    return best

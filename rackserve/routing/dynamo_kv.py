@@ -13,7 +13,7 @@ import random
 
 from rackserve.routing.index import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
-from rackserve.routing.view import RankState, RequestView, Scored
+from rackserve.routing.view import ClusterView, RankState, RequestView, Scored
 
 
 @register("dynamo-kv")
@@ -32,17 +32,17 @@ class DynamoKV:
     ) -> list[float]:
         bs = request.block_size
         request_blocks = math.ceil(request.prompt_tokens / bs)
+        hbm = match.rank_blocks
         out = []
         for rank in ranks:
-            overlap = min(match.hbm_blocks(rank.key), request_blocks)
+            overlap = min(hbm.get(rank.key, 0), request_blocks)
             prefill = math.ceil(rank.queued_tokens / bs) + request_blocks - overlap
             decode = rank.active_decode_blocks + request_blocks
             out.append(self._weight * prefill + decode)
         return out
 
-    def choose(
-        self, request: RequestView, ranks: tuple[RankState, ...], match: PrefixMatch
-    ) -> Scored:
+    def choose(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
+        ranks = cluster.prefill_ranks()
         costs = self.costs(request, ranks, match)
         i = self._argmin(costs) if self._temperature == 0 else self._softmax_sample(costs)
         return Scored(ranks[i], costs[i])

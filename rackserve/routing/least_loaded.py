@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rackserve.routing.index import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
-from rackserve.routing.view import RankState, RequestView, Scored
+from rackserve.routing.view import ClusterView, RankState, RequestView, Scored
 
 
 @register("least-loaded")
@@ -14,8 +14,6 @@ class LeastLoaded:
     def __init__(self, settings: PolicySettings) -> None:
         pass
 
-    def choose(
-        self, request: RequestView, ranks: tuple[RankState, ...], match: PrefixMatch
-    ) -> Scored:
-        rank = min(ranks, key=lambda r: (r.queued_work_s, r.queued_tokens, r.running_seqs))
+    def choose(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
+        rank = min(cluster.prefill_ranks(), key=RankState.load_key.fget)
         return Scored(rank, rank.queued_work_s)

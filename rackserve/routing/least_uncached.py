@@ -7,12 +7,13 @@ from the cost model, so heterogeneous layouts compare fairly; ties go to the les
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from itertools import chain as _chain
+
 from rackserve.routing.cost import CostModel
 from rackserve.routing.index import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
-from rackserve.routing.view import PrefixHit, RankState, RequestView, Scored
-
-_TIE_DIGITS = 9  # costs equal to the nanosecond count as a tie
+from rackserve.routing.view import ClusterView, PrefixHit, RankKey, RankState, RequestView, Scored
 
 
 def uncached_work_s(cost: CostModel, layout: str, hit: PrefixHit, prompt_tokens: int) -> float:
@@ -35,27 +36,39 @@ class LeastUncachedWork:
             raise ValueError("routing.policy: least-uncached-work needs a cost model (timing)")
         self._cost = settings.cost
 
-    def choose(
-        self, request: RequestView, ranks: tuple[RankState, ...], match: PrefixMatch
-    ) -> Scored:
-        # Most ranks share (layout, HBM hit): price each distinct pair once.
+    def choose(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
+        # Only ranks holding part of the prompt in HBM, plus the least-loaded cold rank of each
+        # layout, can win: every other cold rank costs the same work on top of a longer queue.
         priced: dict[tuple[str, int], float] = {}
-        best: RankState = ranks[0]
-        best_key: tuple[float, int, int] | None = None
-        for rank in ranks:
-            pair = (rank.layout, match.hbm_blocks(rank.key))
-            work = priced.get(pair)
+        best: tuple[float, float, int, int, RankKey] | None = None
+        pick: RankState | None = None
+        cold = (
+            (r, 0)
+            for ranks in cluster.prefill_by_load().values()
+            for r in _first_cold(ranks, match)
+        )
+        for rank, hbm in _chain(_hit_ranks(cluster, match), cold):
+            work = priced.get((rank.layout, hbm))
             if work is None:
                 hit = match.hit(rank.key)
-                work = priced[pair] = uncached_work_s(
-                    self._cost, rank.layout, hit, request.prompt_tokens
-                )
-            key = (
-                round(rank.queued_work_s + work, _TIE_DIGITS),
-                rank.queued_tokens,
-                rank.running_seqs,
-            )
-            if best_key is None or key < best_key:
-                best, best_key = rank, key
-        assert best_key is not None
-        return Scored(best, best_key[0])
+                work = uncached_work_s(self._cost, rank.layout, hit, request.prompt_tokens)
+                priced[(rank.layout, hbm)] = work
+            key = (rank.queued_work_s + work, *rank.load_key, rank.key)
+            if best is None or key < best:
+                best, pick = key, rank
+        assert best is not None and pick is not None
+        return Scored(pick, best[0])
+
+
+def _hit_ranks(cluster: ClusterView, match: PrefixMatch) -> Iterator[tuple[RankState, int]]:
+    for key, hbm in match.rank_blocks.items():
+        rank = cluster.prefill_rank(key)
+        if rank is not None:
+            yield rank, hbm
+
+
+def _first_cold(ranks: tuple[RankState, ...], match: PrefixMatch) -> Iterator[RankState]:
+    for rank in ranks:
+        if rank.key not in match.rank_blocks:
+            yield rank
+            return

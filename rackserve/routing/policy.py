@@ -12,7 +12,7 @@ from typing import Protocol
 
 from rackserve.routing.cost import CostModel
 from rackserve.routing.index import PrefixMatch
-from rackserve.routing.view import RankState, RequestView, Scored
+from rackserve.routing.view import ClusterView, RequestView, Scored
 
 
 @dataclass(frozen=True)
@@ -33,10 +33,8 @@ class PolicySettings:
 class Policy(Protocol):
     name: str
 
-    def choose(
-        self, request: RequestView, ranks: tuple[RankState, ...], match: PrefixMatch
-    ) -> Scored:
-        """Pick one of `ranks` (healthy prefill ranks, never empty) for `request`."""
+    def choose(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
+        """Pick one of `cluster.prefill_ranks()` (never empty) for `request`."""
         ...
 
 

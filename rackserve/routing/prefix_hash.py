@@ -12,7 +12,7 @@ import xxhash
 
 from rackserve.routing.index import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
-from rackserve.routing.view import RankKey, RankState, RequestView, Scored
+from rackserve.routing.view import ClusterView, RankKey, RequestView, Scored
 
 _VNODES = 64  # ring points per rank
 
@@ -38,9 +38,8 @@ class PrefixHash:
         self._blocks = settings.prefix_hash_blocks
         self._rings: dict[tuple[RankKey, ...], tuple[list[int], list[int]]] = {}
 
-    def choose(
-        self, request: RequestView, ranks: tuple[RankState, ...], match: PrefixMatch
-    ) -> Scored:
+    def choose(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
+        ranks = cluster.prefill_ranks()
         keys = tuple(r.key for r in ranks)
         ring = self._rings.get(keys)
         if ring is None:

@@ -6,7 +6,7 @@ import random
 
 from rackserve.routing.index import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
-from rackserve.routing.view import RankState, RequestView, Scored
+from rackserve.routing.view import ClusterView, RequestView, Scored
 
 
 @register("random")
@@ -16,7 +16,6 @@ class RandomChoice:
     def __init__(self, settings: PolicySettings) -> None:
         self._rng = random.Random(settings.seed)
 
-    def choose(
-        self, request: RequestView, ranks: tuple[RankState, ...], match: PrefixMatch
-    ) -> Scored:
+    def choose(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
+        ranks = cluster.prefill_ranks()
         return Scored(ranks[self._rng.randrange(len(ranks))], 0.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rackserve.routing.index import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
-from rackserve.routing.view import RankState, RequestView, Scored
+from rackserve.routing.view import ClusterView, RequestView, Scored
 
 
 @register("round-robin")
@@ -14,9 +14,8 @@ class RoundRobin:
     def __init__(self, settings: PolicySettings) -> None:
         self._next = 0
 
-    def choose(
-        self, request: RequestView, ranks: tuple[RankState, ...], match: PrefixMatch
-    ) -> Scored:
+    def choose(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
+        ranks = cluster.prefill_ranks()
         rank = ranks[self._next % len(ranks)]
         self._next += 1
         return Scored(rank, 0.0)

@@ -23,11 +23,10 @@ class Router:
 
     def route(self, request: RequestView, cluster: ClusterView) -> Decision:
         """Pick a prefill rank (by policy) and a decode rank (least active blocks) for `request`."""
-        ranks = cluster.prefill_ranks()
-        if not ranks:
+        if not cluster.prefill_ranks():
             raise NoRankAvailable("cluster: no healthy prefill rank")
         match = self.match(request)
-        pick = self.policy.choose(request, ranks, match)
+        pick = self.policy.choose(request, cluster, match)
         decode = place_decode(cluster, request.decode_layout)
         return Decision(
             instance=pick.rank.instance,

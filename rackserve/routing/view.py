@@ -6,7 +6,7 @@ code and unit tests build tiny cluster states by hand.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 Role = Literal["prefill", "decode"]
@@ -31,10 +31,15 @@ class RankState:
     active_decode_blocks: int = 0
     running_seqs: int = 0
     healthy: bool = True
+    key: RankKey = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (self.instance, self.dp_rank))
 
     @property
-    def key(self) -> RankKey:
-        return (self.instance, self.dp_rank)
+    def load_key(self) -> tuple[float, int, int]:
+        """Prefill load order: queued work, then queued tokens, then running sequences."""
+        return (self.queued_work_s, self.queued_tokens, self.running_seqs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +58,47 @@ class RequestView:
 
 @dataclass(frozen=True, slots=True)
 class ClusterView:
-    """Every rank the router may send to, prefill and decode, in a stable order."""
+    """Every rank the router may send to, prefill and decode, in a stable order.
+
+    Derived lookups (healthy prefill ranks by key and by load per layout, least-loaded decode
+    rank per layout) are computed once at construction so a decision does not redo them.
+    """
 
     ranks: tuple[RankState, ...]
+    _prefill: tuple[RankState, ...] = field(init=False, repr=False, compare=False)
+    _prefill_by_key: dict[RankKey, RankState] = field(init=False, repr=False, compare=False)
+    _by_load: dict[str, tuple[RankState, ...]] = field(init=False, repr=False, compare=False)
+    _decode_best: dict[str | None, RankState] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        prefill = tuple(r for r in self.ranks if r.role == "prefill" and r.healthy)
+        by_load: dict[str, list[RankState]] = {}
+        for r in sorted(prefill, key=lambda r: (r.load_key, r.key)):
+            by_load.setdefault(r.layout, []).append(r)
+        decode_best: dict[str | None, RankState] = {}
+        for r in self.ranks:
+            if r.role != "decode" or not r.healthy:
+                continue
+            for layout in (None, r.layout):
+                best = decode_best.get(layout)
+                if best is None or _decode_load(r) < _decode_load(best):
+                    decode_best[layout] = r
+        object.__setattr__(self, "_prefill", prefill)
+        object.__setattr__(self, "_prefill_by_key", {r.key: r for r in prefill})
+        object.__setattr__(self, "_by_load", {k: tuple(v) for k, v in by_load.items()})
+        object.__setattr__(self, "_decode_best", decode_best)
 
     def prefill_ranks(self) -> tuple[RankState, ...]:
-        return tuple(r for r in self.ranks if r.role == "prefill" and r.healthy)
+        """Healthy prefill ranks in view order."""
+        return self._prefill
+
+    def prefill_rank(self, key: RankKey) -> RankState | None:
+        """The healthy prefill rank `key`, or None."""
+        return self._prefill_by_key.get(key)
+
+    def prefill_by_load(self) -> dict[str, tuple[RankState, ...]]:
+        """Healthy prefill ranks per layout, least loaded first (RankState.load_key, then key)."""
+        return self._by_load
 
     def decode_ranks(self, layout: str | None = None) -> tuple[RankState, ...]:
         return tuple(
@@ -66,6 +106,14 @@ class ClusterView:
             for r in self.ranks
             if r.role == "decode" and r.healthy and (layout is None or r.layout == layout)
         )
+
+    def least_loaded_decode(self, layout: str | None = None) -> RankState | None:
+        """Healthy decode rank (of `layout`) with the fewest active blocks, then running seqs."""
+        return self._decode_best.get(layout)
+
+
+def _decode_load(rank: RankState) -> tuple[int, int]:
+    return (rank.active_decode_blocks, rank.running_seqs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ class LinearCost:
         return tokens * self.TRANSFER_S[tier]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def cost() -> LinearCost:
     return LinearCost()
 

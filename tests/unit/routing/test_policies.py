@@ -6,6 +6,8 @@ import dataclasses
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rackserve.config import RoutingSection
 from rackserve.kv.block_hash import block_hashes
@@ -196,3 +198,50 @@ def test_prefix_hash_keeps_a_prefix_on_one_rank_and_moves_only_a_lost_ranks_keys
     without = _with(idle_cluster, ("p1", 0), healthy=False)
     moved = {i for i in range(200) if r.route(_prefixed(i, 1), without).key != placed[i]}
     assert moved == {i for i, k in placed.items() if k == ("p1", 0)}
+
+
+# ---- least-uncached-work shortcut == brute force ----------------------------------------------
+_rank_st = st.tuples(
+    st.sampled_from(["dep2", "tp8"]),
+    st.sampled_from([0.0, 0.001, 0.002, 0.01]),  # few values: ties happen
+    st.integers(0, 3),
+    st.integers(0, 2),
+    st.booleans(),
+    st.integers(0, 10),  # HBM blocks of the prompt on this rank
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_rank_st, min_size=1, max_size=10), st.integers(0, 10), st.integers(0, 10))
+def test_luw_pick_equals_brute_force_argmin(cost, rows, pool_hbm, pool_dram):
+    from rackserve.routing import PrefixMatch
+    from rackserve.routing.least_uncached import uncached_work_s
+
+    ranks = tuple(
+        RankState(
+            f"i{i // 2}",
+            i % 2,
+            lay,
+            "prefill",
+            queued_tokens=qt,
+            queued_work_s=q,
+            running_seqs=rs,
+            healthy=ok,
+        )
+        for i, (lay, q, qt, rs, ok, _) in enumerate(rows)
+    )
+    if not any(r.healthy for r in ranks):
+        return
+    blocks = {r.key: row[5] for r, row in zip(ranks, rows, strict=True) if row[5]}
+    starts = {0, *blocks.values()}
+    match = PrefixMatch(BS, REQ.prompt_tokens, blocks, {s: (pool_hbm, pool_dram) for s in starts})
+    cluster = ClusterView(ranks)
+    pick = make_policy("least-uncached-work", PolicySettings(cost=cost)).choose(REQ, cluster, match)
+
+    def brute_key(r: RankState):
+        work = uncached_work_s(cost, r.layout, match.hit(r.key), REQ.prompt_tokens)
+        return (r.queued_work_s + work, *r.load_key, r.key)
+
+    want = min((r for r in ranks if r.healthy), key=brute_key)
+    assert pick.rank == want
+    assert pick.score == brute_key(want)[0]
