@@ -1,7 +1,7 @@
 """ShardedEngramTable: the `EngramTable` of the cluster, fanning each lookup out to N shards.
 
-Row ids are deduplicated, split by shard range, fetched from all shards in parallel (gRPC
-futures) and scattered back, so `lookup(table, ids)` equals `LocalEngramTable.lookup` bitwise.
+Row ids are deduplicated, split by shard range, fetched from all shards in parallel (one
+pool thread per shard call) and scattered back, so `lookup(table, ids)` equals `LocalEngramTable.lookup` bitwise.
 `prefetch` starts a lookup early (Engram rows depend on token ids only) and returns a future.
 """
 
@@ -44,6 +44,7 @@ class ShardedEngramTable:
         self.dim = int(infos[0].dim)
         self._starts = np.array([i.row_start for i in infos], dtype=np.int64)
         self._prefetcher = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-prefetch")
+        self._fanout = ThreadPoolExecutor(max_workers=2 * len(self._stubs), thread_name_prefix="engram-fanout")
 
     @property
     def shards(self) -> int:
@@ -64,13 +65,11 @@ class ShardedEngramTable:
             raise ValueError(f"row_ids must lie in [0, {self.num_rows})")
         unique, inverse = np.unique(ids.astype(np.int64).reshape(-1), return_inverse=True)
         parts = np.split(unique, np.searchsorted(unique, self._starts[1:]))
-        calls = [(len(p), self._stubs[s].Lookup.future(
-                     pb.EngramLookupRequest(table=table, row_ids=p.astype(ID_DTYPE).tobytes()), timeout=self.timeout_s))
-                 for s, p in enumerate(parts) if len(p)]
+        calls = [(len(p), self._fanout.submit(self._call, s, table, p)) for s, p in enumerate(parts) if len(p)]
         rows = np.empty((len(unique), self.dim), dtype=np.float32)
         at = 0
         for n, call in calls:
-            rows[at : at + n] = np.frombuffer(self._result(call).rows, ROW_DTYPE).reshape(n, self.dim)
+            rows[at : at + n] = np.frombuffer(call.result().rows, ROW_DTYPE).reshape(n, self.dim)
             at += n
         return rows[inverse].reshape(ids.shape + (self.dim,))
 
@@ -78,10 +77,11 @@ class ShardedEngramTable:
         """Start `lookup` now; `.result()` when the layer needs the rows."""
         return self._prefetcher.submit(self.lookup, table, np.array(row_ids, copy=True))
 
-    @staticmethod
-    def _result(call: grpc.Future) -> pb.EngramLookupReply:
+    def _call(self, shard: int, table: int, ids: np.ndarray) -> pb.EngramLookupReply:
+        """One shard's blocking call (run on a pool thread: cheaper than a gRPC future per call)."""
+        request = pb.EngramLookupRequest(table=table, row_ids=ids.astype(ID_DTYPE).tobytes())
         try:
-            return call.result()
+            return self._stubs[shard].Lookup(request, timeout=self.timeout_s)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # type: ignore[attr-defined]
                 raise ValueError(exc.details()) from None  # type: ignore[attr-defined]
@@ -89,6 +89,7 @@ class ShardedEngramTable:
 
     def close(self) -> None:
         self._prefetcher.shutdown(wait=False)
+        self._fanout.shutdown(wait=False)
         for channel in self._channels:
             channel.close()
 
