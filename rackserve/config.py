@@ -26,7 +26,7 @@ class EngineSection(Section):
     model_id: str = "rackserve-moe-small"
     seed: int = 0
     block_size: int = Field(16, gt=0, description="tokens per KV block")
-    max_context: int = Field(4096, gt=0, description="longest prompt + output, in tokens")
+    max_context: int = Field(8192, gt=0, description="longest prompt + output, in tokens (a 4096-token prompt fits with room to generate)")
     cache_blocks_per_rank: int = Field(4096, gt=0, description="HBM block cache per rank (small model)")
     prefill_chunk_tokens: int = Field(512, gt=0)
     max_batch_seqs: int = Field(64, gt=0)
