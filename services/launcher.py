@@ -130,11 +130,15 @@ class Cluster:
         port = free_port()
         ray_bin = Path(sys.executable).with_name("ray")
         log_path = self.log_dir / "ray.log"
+        # Ray's fixed default ports (client server 10001, dashboard agent 52365, autoscaler metrics
+        # 44217) are moved to free ones so two local clusters (e.g. tests) can run side by side.
+        env = {**os.environ, **RAY_ENV, "AUTOSCALER_METRIC_PORT": str(free_port())}
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 [str(ray_bin), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
-                 f"--num-cpus={os.cpu_count() or 2}", "--include-dashboard=false", "--disable-usage-stats"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **RAY_ENV})
+                 f"--num-cpus={os.cpu_count() or 2}", "--include-dashboard=false", "--disable-usage-stats",
+                 f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         child = Child("ray", proc, log_path)
         self.children.append(child)
         wait_port(child, "127.0.0.1", port, deadline)

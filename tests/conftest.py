@@ -36,3 +36,21 @@ def private_redis():
     server = RedisServer().start()
     yield server
     server.stop()
+
+
+# --- Live cluster (issue 5): ONE `rackserve up` per session (Redis, Ray, pool, prefill, decode, router). ---
+from tests.e2e.launcher_proc import LauncherProcess, launcher_command  # noqa: E402
+
+CLUSTER_TIME_SCALE = "0.002"  # wall s per simulated s: paced, but quick
+
+
+@pytest.fixture(scope="session")
+def live_cluster():
+    """The session's whole cluster from scenarios/local.yaml: `.base_url`, `.urls`, `.log_dir`."""
+    from services.redis_server import free_port
+
+    proc = LauncherProcess(launcher_command("--port", str(free_port())),
+                           env={"RACKSERVE_CLUSTER__TIME_SCALE": CLUSTER_TIME_SCALE})
+    proc.start(timeout_s=240)
+    yield proc
+    proc.stop()

@@ -234,9 +234,11 @@ async def _serve(door: FrontDoor, body: CompletionRequest | ChatCompletionReques
         door.metrics.front_door.in_flight.dec()
         _record(door, trip, status)
     text = "".join(t for t, _ in parts)
+    choice = shape.choice(text, parts[-1][1])
+    if body.return_token_ids:
+        choice["token_ids"] = trip.output_ids
     return JSONResponse({"id": rid, "object": shape.obj, "created": now(), "model": shape.model,
-                         "choices": [shape.choice(text, parts[-1][1])], "usage": _usage(trip),
-                         "rackserve": _timings(trip)})
+                         "choices": [choice], "usage": _usage(trip), "rackserve": _timings(trip)})
 
 
 async def _sse(door: FrontDoor, trip: Trip, prep: Prepared, shape: _Shape, include_usage: bool

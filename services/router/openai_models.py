@@ -34,7 +34,8 @@ class _Request(BaseModel):
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
     logit_bias: dict[str, float] | None = None
     user: str | None = None
-    ignore_eos: bool = False
+    ignore_eos: bool = False  # vLLM's extension: decode to max_tokens even past EOS
+    return_token_ids: bool = False  # vLLM's extension: each choice also carries its token ids
 
     @field_validator("stop")
     @classmethod

@@ -45,6 +45,7 @@ class Trip:
     completion_tokens: int = 0
     finish_reason: str = ""
     token_times_s: list[float] = field(default_factory=list)  # sim time of each token from arrival
+    output_ids: list[int] = field(default_factory=list)
 
     @property
     def cached_tokens(self) -> int:
@@ -99,6 +100,7 @@ class Orchestrator:
         if reply.finish_reason or sampling.max_tokens == 1:  # the first token ends it: no decode
             trip.token_times_s.append(trip.queue_s + trip.prefill_s)
             trip.completion_tokens = 1
+            trip.output_ids.append(reply.first_token)
             trip.finish_reason = reply.finish_reason or "length"
             yield [reply.first_token]
             return
@@ -128,6 +130,7 @@ class Orchestrator:
             trip.first_decode_s = max(0.0, chunk.sim_time_s - chunk.kv_load_sim_s)
         trip.token_times_s.extend([start + chunk.sim_time_s] * len(chunk.token_ids))
         trip.completion_tokens += len(chunk.token_ids)
+        trip.output_ids.extend(chunk.token_ids)
         trip.decode_s = chunk.sim_time_s
         trip.pacing_lag_s += chunk.pacing_lag_s
         if chunk.finish_reason:
