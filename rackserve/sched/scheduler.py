@@ -19,7 +19,7 @@ class SchedulerLimits:
     chunk_tokens: int = 8192  # prefill tokens per step per rank
     max_batch_seqs: int = 256  # sequences per step per rank
     max_queue: int = 10_000  # waiting + running; beyond this a request is rejected
-    kv_tokens_capacity: int | None = None  # decode: context tokens the rank's HBM holds
+    kv_tokens_capacity: int | None = None  # decode: KV tokens the rank's HBM holds
 
     def __post_init__(self) -> None:
         assert self.chunk_tokens > 0 and self.max_batch_seqs > 0 and self.max_queue > 0
@@ -50,7 +50,7 @@ class RankScheduler:
         self.on_start = on_start
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
-        self._context = 0  # decode: context tokens of running sequences
+        self._reserved = 0  # decode: final context (prompt + all outputs) of running sequences
 
     def __len__(self) -> int:
         return len(self.waiting) + len(self.running)
@@ -111,11 +111,10 @@ class RankScheduler:
         for seq in plan.seqs:
             seq.computed_tokens += steps
             seq.generated += steps
-        self._context += steps * len(plan.seqs)
         done = [s for s in plan.seqs if s.decode_left == 0]
         if done:
             self.running = [s for s in self.running if s.decode_left > 0]
-            self._context -= sum(s.computed_tokens for s in done)
+            self._reserved -= sum(s.computed_tokens for s in done)
         return done
 
     def _start(self, seq: Sequence) -> Sequence:
@@ -124,14 +123,16 @@ class RankScheduler:
         return seq
 
     def _promote_decode(self) -> None:
+        """Move waiting sequences into the batch while slots and KV (reserved for the whole output,
+        so a running sequence never needs preempting) allow; FCFS, no overtaking."""
         cap = self.limits.kv_tokens_capacity
         while self.waiting and len(self.running) < self.limits.max_batch_seqs:
             seq = self.waiting[0]
             need = seq.computed_tokens + seq.decode_left
-            if cap is not None and self.running and self._context + need > cap:
+            if cap is not None and self.running and self._reserved + need > cap:
                 break
             self.running.append(self._start(self.waiting.popleft()))
-            self._context += seq.computed_tokens
+            self._reserved += need
 
     def _plan(self, seqs: list[Sequence], news: list[int]) -> RankPlan:
         if not seqs:

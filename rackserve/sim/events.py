@@ -2,7 +2,8 @@
 
 Each event handles itself against the simulator and returns the events it causes (Vidur style).
 At equal times, lower priority runs first: step ends free capacity before new work lands, KV
-hand-offs join decode batches before new arrivals are routed; equal (time, priority) run in push
+hand-offs join decode batches before new arrivals are routed, and an idle prefill instance
+starts its step only after all arrivals of that instant; equal (time, priority) run in push
 order (the sequence number).
 """
 
@@ -66,6 +67,19 @@ class Arrival(Event):
 
     def handle(self, sim: Simulator) -> list[Event]:
         return sim.on_arrival(self.time, self.request)
+
+
+@dataclass(eq=False)
+class PrefillKick(Event):
+    """An idle prefill instance got work: it starts a step after every arrival of this instant is
+    admitted, so requests arriving together share the step (as a real engine's next tick would)."""
+
+    priority: ClassVar[int] = 4
+    time: float
+    instance: int
+
+    def handle(self, sim: Simulator) -> list[Event]:
+        return sim.on_prefill_kick(self.time, self.instance)
 
 
 def event_key(event: Event, seq: int) -> tuple[float, int, int]:

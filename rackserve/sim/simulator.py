@@ -17,7 +17,15 @@ from rackserve.routing.router import Router
 from rackserve.routing.view import ClusterView, RankState, RequestView
 from rackserve.sched.scheduler import RankScheduler, SchedulerLimits
 from rackserve.sched.sequence import Sequence
-from rackserve.sim.events import Arrival, DecodeLeapEnd, Event, EventQueue, KVArrive, PrefillStepEnd
+from rackserve.sim.events import (
+    Arrival,
+    DecodeLeapEnd,
+    Event,
+    EventQueue,
+    KVArrive,
+    PrefillKick,
+    PrefillStepEnd,
+)
 from rackserve.sim.instances import Instance, Leap
 from rackserve.sim.kv import ClusterKV, pool_limits
 from rackserve.sim.metrics import Flight, MetricsCollector, SimResult, pct
@@ -144,7 +152,13 @@ class Simulator:
         self._update(decision.key, queued_tokens=req.prompt_tokens - cached, queued_work_s=flight.queued_work_s)
         self._update((decision.decode_instance, decision.decode_dp_rank),
                      active_decode_blocks=flight.decode_blocks, running_seqs=1)
-        return [] if inst.busy else self._start_prefill_step(now, p_idx)
+        if inst.busy:
+            return []
+        inst.busy = True  # a kick is pending: later arrivals of this instant only queue
+        return [PrefillKick(now, p_idx)]
+
+    def on_prefill_kick(self, now: float, idx: int) -> list[Event]:
+        return self._start_prefill_step(now, idx)
 
     def _on_prefill_start(self, name: str, rank: int) -> Callable[[Sequence], None]:
         key = (name, rank)

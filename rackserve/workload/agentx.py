@@ -2,7 +2,7 @@
 
 A session resends its whole growing conversation each turn (shared system prompt + tool
 definitions, user task, then model outputs and tool outputs), waits a think time between turns,
-and now and then spawns a subagent that starts from the parent's context. Everything is drawn
+and now and then spawns a subagent (one level deep) that starts from the parent's context. Everything is drawn
 from numpy generators seeded by (seed, session), so the same seed gives the same sessions.
 """
 
@@ -73,7 +73,7 @@ class AgentXSource:
                 req = self._next_session_request(lane_id, at)
                 return [req] if req is not None else []
             self._append_tool_output(lane.stack[-1])  # the subagent's result
-        elif sess.rng.random() < self.spec.subagent_probability:
+        elif sess.parent is None and sess.rng.random() < self.spec.subagent_probability:
             lane.stack.append(self._spawn_subagent(sess))
         else:
             self._append_tool_output(sess)

@@ -1,0 +1,110 @@
+import dataclasses
+
+import pytest
+
+from rackserve.sim.metrics import ideal_hit_rate
+from rackserve.sim.scenario import scenario_from_dict
+from rackserve.sim.simulator import Simulator
+from rackserve.workload.mooncake import read_trace, trace_requests
+from rackserve.workload.request import Request
+from rackserve.workload.source import ListSource
+
+TRACE = "/work/shared/data/mooncake_synthetic_trace.jsonl"
+HUGE = 10**15
+
+
+def _scenario(prefill=2, decode_ranks=4, pool=(HUGE, HUGE), sim=None, workload=None):
+    return scenario_from_dict({
+        "deployment": {"prefill": [{"layout": "dep2", "count": prefill}],
+                       "decode": [{"layout": "wide-ep", "ranks": decode_ranks, "count": 1}]},
+        "pool": {"hbm_capacity_bytes": pool[0], "dram_capacity_bytes": pool[1]},
+        "sim": sim or {},
+        "workload": workload or {"kind": "uniform", "requests": 1, "prompt_tokens": 10, "output_tokens": 1},
+    })
+
+
+def _trace(n=60, spacing_s=None):
+    """The trace's first records, then each again with its second half replaced (prefix reuse)."""
+    recs = read_trace(TRACE, limit=n)
+    fresh = 10**9
+    variants = []
+    for i, r in enumerate(recs):
+        keep = len(r.hash_ids) // 2
+        ids = r.hash_ids[:keep] + tuple(range(fresh + i * 1000, fresh + i * 1000 + len(r.hash_ids) - keep))
+        variants.append(dataclasses.replace(r, hash_ids=ids, timestamp_ms=r.timestamp_ms + 1.0))
+    merged = sorted(recs + variants, key=lambda r: r.timestamp_ms)
+    reqs = trace_requests(merged, block_size=64, model_id="m", time_scale=0.01)
+    if spacing_s is not None:
+        reqs = [dataclasses.replace(r, arrival_s=i * spacing_s) for i, r in enumerate(reqs)]
+    return reqs
+
+
+def _run(scenario, timing, requests, policy="least-uncached-work"):
+    return Simulator(scenario, timing, policy, ListSource(requests)).run()
+
+
+def test_conservation_every_arrival_completes_or_is_rejected(timing):
+    reqs = [Request(i, 0.0, 2000, 20, tuple(range(i * 100, i * 100 + 31))) for i in range(60)]
+    res = _run(_scenario(sim={"max_queue_per_rank": 3}), timing, reqs, "round-robin")
+    assert res.arrivals == 60
+    assert res.rejected > 0 and res.completed > 0
+    assert res.completed + res.rejected == 60
+
+
+@pytest.mark.parametrize("policy", ["least-uncached-work", "round-robin"])
+def test_unbounded_pool_reaches_exactly_the_ideal_hit_rate(timing, policy):
+    reqs = _trace(spacing_s=5.0)  # each prompt is stored before the next arrives
+    res = _run(_scenario(sim={"rank_cache_tokens": HUGE}), timing, reqs, policy)
+    ideal = ideal_hit_rate(reqs, 64)
+    assert ideal > 0.25
+    assert res.hit_rate == pytest.approx(ideal, rel=1e-12)
+    assert sum(res.evictions.values()) == 0
+
+
+def test_small_pool_evicts_and_stays_below_ideal(timing):
+    reqs = _trace()
+    block = 890 * 64
+    res = _run(_scenario(pool=(1000 * block, 2000 * block), sim={"rank_cache_tokens": 64 * 1000}), timing, reqs)
+    assert res.evictions["pool_dram"] > 0 and res.evictions["rank_hbm"] > 0
+    assert 0 < res.hit_rate < ideal_hit_rate(reqs, 64)
+
+
+def test_same_seed_same_result(timing):
+    wl = {"kind": "agentx", "concurrency": 6, "sessions": 9, "seed": 3, "system_prompt_tokens": 2000,
+          "tool_defs_tokens": 1000, "turns_min": 2, "turns_max": 4, "output_tokens": 50,
+          "subagent_probability": 0.3}
+    from rackserve.workload.build import build_source
+
+    sc = _scenario(workload=wl)
+    runs = [Simulator(sc, timing, "random", build_source(sc.workload, 64, "m")).run() for _ in range(2)]
+    a, b = (dataclasses.replace(r, wall_s=0.0).to_dict(samples=True) for r in runs)
+    assert a == b and a["completed"] > 9
+
+
+def test_rank_idle_is_zero_for_identical_work_and_positive_otherwise(timing):
+    same = [Request(i, float(i // 2), 3000, 5, tuple(range(i * 100, i * 100 + 46))) for i in range(8)]
+    res = _run(_scenario(prefill=1), timing, same, "round-robin")
+    assert res.prefill_idle_frac == 0.0 and res.prefill_util > 0
+    uneven = [dataclasses.replace(r, prompt_tokens=3000 if i % 2 else 500) for i, r in enumerate(same)]
+    assert _run(_scenario(prefill=1), timing, uneven, "round-robin").prefill_idle_frac > 0.2
+
+
+def test_leaping_decode_matches_step_by_step_time(timing):
+    prompt, out = 1000, 101  # odd step count: the middle step's context is the exact mean
+    res = _run(_scenario(prefill=1, decode_ranks=1), timing,
+               [Request(0, 0.0, prompt, out, tuple(range(15)))])
+    t = timing
+    prefill_s = t.PREFILL_S_PER_TOKEN * prompt + t.PREFILL_ATTN_S * prompt * prompt
+    transfer_s = t.TRANSFER_S_PER_TOKEN * prompt
+    steps = [t.DECODE_BASE_S + t.DECODE_S_PER_SEQ + t.DECODE_S_PER_CTX_TOKEN * (prompt + i) for i in range(out)]
+    assert res.events < 10  # one leap, not 101 steps
+    # first token after the (mean) first step; the other out-1 tokens share the rest
+    assert res.ttft_p50_s == pytest.approx(prefill_s + transfer_s + sum(steps) / out, rel=1e-12)
+    assert res.span_s == pytest.approx(prefill_s + transfer_s + sum(steps), rel=1e-12)
+
+
+def test_newcomer_joins_the_running_batch_at_the_next_step_boundary(timing):
+    reqs = [Request(0, 0.0, 640, 1001, tuple(range(10))), Request(1, 0.5, 640, 11, tuple(range(100, 110)))]
+    res = _run(_scenario(prefill=1, decode_ranks=1), timing, reqs)
+    # the second request neither waits for the first to finish (~2 s) nor breaks the batch
+    assert res.completed == 2 and max(res.ttft_samples) < 0.1
