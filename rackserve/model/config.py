@@ -37,7 +37,7 @@ class ModelConfig:
     engram_rows: int = 1 << 16
     engram_dim: int = 32
     block_size: int = 16
-    max_context: int = 4096
+    max_context: int = 8192
 
     def __post_init__(self) -> None:
         positive = (
@@ -79,8 +79,10 @@ class ModelConfig:
 
     @property
     def fingerprint(self) -> int:
-        """64-bit id of (shape, seed): serialized KV carries it so blocks of another model are refused."""
-        return xxhash.xxh3_64_intdigest(repr(sorted(asdict(self).items())).encode())
+        """64-bit id of everything that shapes KV values (all fields but max_context): serialized KV
+        carries it so blocks of another model are refused."""
+        fields = {k: v for k, v in asdict(self).items() if k != "max_context"}
+        return xxhash.xxh3_64_intdigest(repr(sorted(fields.items())).encode())
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -47,6 +47,7 @@ from rackserve.model.sampling import SamplingParams, sample
 from rackserve.model.tokenizer import EOS
 from rackserve.model.transformer import Segment, Transformer
 from rackserve.model.weights import init_weights
+from rackserve.timing.batch import RankBatch
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,22 @@ class StepResult:
     num_prefill_tokens: int  # computed for requests that were not decoding
     num_decode_tokens: int
     num_seqs: int
+    new_tokens: tuple[int, ...] = ()  # per scheduled sequence: tokens computed this step
+    context_before: tuple[int, ...] = ()  # per scheduled sequence: tokens already in KV before
+
+    def rank_batch(self) -> RankBatch:
+        """This step as the cost model's input (rackserve.timing.batch.RankBatch)."""
+        return RankBatch.of(list(self.new_tokens), list(self.context_before))
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """A snapshot for routing and admission decisions."""
+
+    num_requests: int
+    num_decoding: int
+    pending_prefill_tokens: int  # prompt tokens admitted but not computed yet
+    free_blocks: int
 
 
 @dataclass(frozen=True)
@@ -130,6 +147,11 @@ class Engine:
 
     def has_unfinished(self) -> bool:
         return bool(self._requests)
+
+    def load(self) -> EngineLoad:
+        decoding = sum(1 for r in self._requests.values() if r.is_decoding)
+        pending = sum(r.num_pending for r in self._requests.values() if not r.is_decoding)
+        return EngineLoad(len(self._requests), decoding, pending, self.cache.num_free)
 
     def stats(self) -> EngineStats:
         return EngineStats(self._computed, self._reused, self._imported, self.cache.stats())
@@ -266,12 +288,14 @@ class Engine:
             return StepResult((), 0, 0, 0)
         decode = sum(1 for r, _ in scheduled if r.is_decoding)
         total = sum(n for _, n in scheduled)
+        before = tuple(r.num_computed for r, _ in scheduled)
         logits = self.model.forward(self.kv, [self._segment(r, n) for r, n in scheduled])
         outputs = tuple(
             self._advance(r, n, row) for (r, n), row in zip(scheduled, logits, strict=True)
         )
         self._computed += total
-        return StepResult(outputs, total - decode, decode, len(scheduled))
+        new = tuple(n for _, n in scheduled)
+        return StepResult(outputs, total - decode, decode, len(scheduled), new, before)
 
     def generate(
         self, requests: Sequence[tuple[str, Sequence[int], SamplingParams]]

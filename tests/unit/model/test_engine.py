@@ -164,6 +164,21 @@ def test_events_and_lookup(make_engine, prompt):
     assert [e.seq for e in events] == [1, 2] and engine.drain_events() == []
 
 
+def test_step_reports_batch_composition_and_load(make_engine, prompt):
+    engine = make_engine(chunk_tokens=40)
+    engine.add_request("a", prompt(30), SamplingParams(max_tokens=3))
+    engine.add_request("b", prompt(50, seed=2), SamplingParams(max_tokens=3))
+    assert engine.load().pending_prefill_tokens == 80
+    first = engine.step()  # a: whole prompt (30), b: first 10 tokens of its prompt
+    assert (first.new_tokens, first.context_before) == ((30, 10), (0, 0))
+    assert engine.load().num_decoding == 1 and engine.load().pending_prefill_tokens == 40
+    second = engine.step()  # a decodes first, then b continues its prefill
+    assert (second.new_tokens, second.context_before) == ((1, 39), (30, 10))
+    batch = second.rank_batch()
+    assert batch.new_tokens.tolist() == [1, 39] and batch.cached_tokens.tolist() == [30, 10]
+    assert (second.num_decode_tokens, second.num_prefill_tokens) == (1, 39)
+
+
 def test_finishes_on_length_and_releases_blocks(make_engine, prompt):
     engine = make_engine(num_blocks=16)
     tokens, _, _ = run(engine, "a", prompt(30), SamplingParams(max_tokens=5, temperature=0.0))

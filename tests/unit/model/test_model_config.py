@@ -41,3 +41,8 @@ def test_from_sections_and_fingerprint():
         cfg.fingerprint
         != ModelConfig.from_sections(EngineSection(block_size=32, seed=6)).fingerprint
     )
+
+
+def test_fingerprint_ignores_only_max_context():
+    assert ModelConfig(max_context=100).fingerprint == ModelConfig().fingerprint
+    assert ModelConfig(block_size=32).fingerprint != ModelConfig().fingerprint
