@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import grpc
@@ -76,6 +77,7 @@ class PoolClient:
         self.event_stream = health.event_stream
         self.max_blocks_per_request = health.max_blocks_per_request
         self.redis = redis.Redis.from_url(redis_url or health.redis_url, socket_timeout=timeout_s)
+        self._releaser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvpool-release")
 
     # ---- puts -----------------------------------------------------------------------------
     def put(self, hashes: Sequence[int], values: Sequence[bytes], parent_hash: int | None = None,
@@ -84,9 +86,8 @@ class PoolClient:
         for Redis/pool faults. `target_sizes`: bytes each block weighs in the emulated rack."""
         if len(hashes) != len(values):
             raise ValueError(f"hashes and values differ in length: {len(hashes)} != {len(values)}")
-        targets = target_sizes or [0] * len(hashes)
-        blocks = [pb.BlockSpec(block_hash=h, size=len(v), target_size=t) for h, v, t in zip(hashes, values, targets, strict=True)]
-        request = pb.ReserveRequest(owner=self.owner, blocks=blocks, has_parent=parent_hash is not None,
+        request = pb.ReserveRequest(owner=self.owner, block_hashes=hashes, sizes=[len(v) for v in values],
+                                    target_sizes=target_sizes or (), has_parent=parent_hash is not None,
                                     parent_hash=parent_hash or 0)
         reply = self._call(self._stub.BatchPutReserve, request)
         if reply is None:
@@ -144,9 +145,8 @@ class PoolClient:
             return [None] * len(hashes)
 
     def _release(self, lease_id: int) -> None:
-        """Fire-and-forget: an unreleased lease simply expires."""
-        future = self._stub.ReleaseLease.future(pb.ReleaseRequest(lease_id=lease_id), timeout=self.timeout_s)
-        future.add_done_callback(lambda f: f.exception())
+        """Fire-and-forget on one background thread: an unreleased lease simply expires."""
+        self._releaser.submit(self._call, self._stub.ReleaseLease, pb.ReleaseRequest(lease_id=lease_id))
 
     # ---- metadata -------------------------------------------------------------------------
     def match_prefix(self, hashes: Sequence[int]) -> PrefixMatch:
@@ -167,6 +167,7 @@ class PoolClient:
         return self._stub.Health(pb.HealthRequest(), timeout=self.timeout_s)
 
     def close(self) -> None:
+        self._releaser.shutdown(wait=True)
         self._channel.close()
         self.redis.close()
 

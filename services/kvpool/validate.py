@@ -19,6 +19,8 @@ def count(field: str, values: Sequence[object], max_blocks: int) -> None:
 
 
 def no_duplicates(field: str, hashes: Sequence[int]) -> None:
+    if len(set(hashes)) == len(hashes):
+        return
     seen: dict[int, int] = {}
     for i, h in enumerate(hashes):
         if h in seen:
@@ -28,16 +30,21 @@ def no_duplicates(field: str, hashes: Sequence[int]) -> None:
 
 def reserve(request: object, max_blocks: int, max_block_bytes: int) -> list[BlockPut]:
     """Validate a ReserveRequest; returns its blocks."""
-    owner = request.owner  # type: ignore[attr-defined]
-    blocks = request.blocks  # type: ignore[attr-defined]
+    owner: str = request.owner  # type: ignore[attr-defined]
+    hashes: Sequence[int] = request.block_hashes  # type: ignore[attr-defined]
+    sizes: Sequence[int] = request.sizes  # type: ignore[attr-defined]
+    targets: Sequence[int] = request.target_sizes or [0] * len(sizes)  # type: ignore[attr-defined]
     if not owner or len(owner) > MAX_OWNER_CHARS:
         raise InvalidRequest(f"owner: must be 1-{MAX_OWNER_CHARS} characters, got {len(owner)}")
-    count("blocks", blocks, max_blocks)
-    no_duplicates("blocks.block_hash", [b.block_hash for b in blocks])
-    for i, b in enumerate(blocks):
-        if not 0 < b.size <= max_block_bytes:
-            raise InvalidRequest(f"blocks[{i}].size: must be 1-{max_block_bytes} bytes, got {b.size}")
-    return [BlockPut(b.block_hash, b.size, b.target_size) for b in blocks]
+    count("block_hashes", hashes, max_blocks)
+    if not len(sizes) == len(targets) == len(hashes):
+        raise InvalidRequest(f"sizes ({len(sizes)}) and target_sizes ({len(request.target_sizes)}, or 0) "  # type: ignore[attr-defined]
+                             f"must match block_hashes ({len(hashes)})")
+    no_duplicates("block_hashes", hashes)
+    if sizes and not 0 < min(sizes) <= max(sizes) <= max_block_bytes:
+        i = next(i for i, n in enumerate(sizes) if not 0 < n <= max_block_bytes)
+        raise InvalidRequest(f"sizes[{i}]: must be 1-{max_block_bytes} bytes, got {sizes[i]}")
+    return [BlockPut(h, n, t) for h, n, t in zip(hashes, sizes, targets, strict=True)]
 
 
 def hashes(field: str, values: Sequence[int], max_blocks: int, unique: bool = False) -> list[int]:

@@ -50,19 +50,21 @@ def test_redis_restarting_empty_gives_misses_and_cleared(make_pool, private_redi
 
 
 @pytest.mark.parametrize(
-    ("blocks", "owner", "field"),
+    ("request_fields", "field"),
     [
-        ([pb.BlockSpec(block_hash=1, size=10), pb.BlockSpec(block_hash=1, size=10)], "w", "blocks.block_hash[1]"),
-        ([pb.BlockSpec(block_hash=1, size=0)], "w", "blocks[0].size"),
-        ([pb.BlockSpec(block_hash=1, size=10)], "", "owner"),
-        ([pb.BlockSpec(block_hash=i, size=10) for i in range(101)], "w", "blocks: 101 entries"),
+        ({"block_hashes": [1, 1], "sizes": [10, 10]}, "block_hashes[1] repeats block_hashes[0]"),
+        ({"block_hashes": [1], "sizes": [0]}, "sizes[0]"),
+        ({"block_hashes": [1, 2], "sizes": [10]}, "sizes (1)"),
+        ({"block_hashes": [1], "sizes": [10], "target_sizes": [1, 2]}, "target_sizes (2"),
+        ({"block_hashes": [1], "sizes": [10], "owner": ""}, "owner"),
+        ({"block_hashes": list(range(101)), "sizes": [10] * 101}, "block_hashes: 101 entries"),
     ],
 )
-def test_malformed_puts_are_invalid_argument(make_pool, blocks, owner, field):
+def test_malformed_puts_are_invalid_argument(make_pool, request_fields, field):
     _, client = make_pool(max_blocks_per_request=100)
     stub = pb_grpc.KVPoolStub(client._channel)
     with pytest.raises(grpc.RpcError) as err:
-        stub.BatchPutReserve(pb.ReserveRequest(owner=owner, blocks=blocks))
+        stub.BatchPutReserve(pb.ReserveRequest(**{"owner": "w", **request_fields}))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert field in err.value.details()
 

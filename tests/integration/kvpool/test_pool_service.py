@@ -56,8 +56,7 @@ def test_two_phase_put_is_invisible_until_commit(make_pool, redis_client):
     server, client = make_pool()
     stub = pb_grpc.KVPoolStub(client._channel)
     hashes = chain(3)
-    reply = stub.BatchPutReserve(pb.ReserveRequest(
-        owner="w", blocks=[pb.BlockSpec(block_hash=h, size=10) for h in hashes]))
+    reply = stub.BatchPutReserve(pb.ReserveRequest(owner="w", block_hashes=hashes, sizes=[10] * 3))
     assert list(reply.statuses) == [pb.PUT_RESERVED] * 3
     for h in hashes:
         redis_client.set(block_key(client.key_prefix, h), b"0123456789")
