@@ -1,7 +1,10 @@
 """Routing: the prefix index fed by KV events, the policies over a cluster view, decode placement.
 
-Entry point for the simulator and the live router: `Router(make_policy(name, PolicySettings(cost=...)))`
-then `router.index.apply(event)` per KV event and `router.route(request_view, cluster_view)`.
+Entry point for the simulator and the live router:
+    cost = TimingCost.from_config(config)                 # rackserve.routing.timing_cost
+    router = Router.from_config(config.routing, cost)
+    router.index.apply(event)                             # per KVEvent
+    decision = router.route(request_view, cluster_view)
 """
 
 from rackserve.routing.cost import CostModel

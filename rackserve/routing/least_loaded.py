@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rackserve.routing.index import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
-from rackserve.routing.view import ClusterView, RankState, RequestView, Scored
+from rackserve.routing.view import ClusterView, RequestView, Scored
 
 
 @register("least-loaded")
@@ -15,5 +15,5 @@ class LeastLoaded:
         pass
 
     def choose(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
-        rank = min(cluster.prefill_ranks(), key=RankState.load_key.fget)
+        rank = min(cluster.prefill_ranks(), key=lambda r: r.load_order)
         return Scored(rank, rank.queued_work_s)

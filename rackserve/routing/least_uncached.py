@@ -8,7 +8,6 @@ from the cost model, so heterogeneous layouts compare fairly; ties go to the les
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import chain as _chain
 
 from rackserve.routing.cost import CostModel
 from rackserve.routing.index import PrefixMatch
@@ -39,32 +38,29 @@ class LeastUncachedWork:
     def choose(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
         # Only ranks holding part of the prompt in HBM, plus the least-loaded cold rank of each
         # layout, can win: every other cold rank costs the same work on top of a longer queue.
-        priced: dict[tuple[str, int], float] = {}
-        best: tuple[float, float, int, int, RankKey] | None = None
-        pick: RankState | None = None
-        cold = (
+        candidates = [
             (r, 0)
             for ranks in cluster.prefill_by_load().values()
             for r in _first_cold(ranks, match)
-        )
-        for rank, hbm in _chain(_hit_ranks(cluster, match), cold):
+        ]
+        for key, hbm in match.rank_blocks.items():
+            rank = cluster.prefill_rank(key)
+            if rank is not None:
+                candidates.append((rank, hbm))
+        priced: dict[tuple[str, int], float] = {}
+        best: tuple[float, tuple[float, int, int, RankKey]] | None = None
+        pick = candidates[0][0]
+        for rank, hbm in candidates:
             work = priced.get((rank.layout, hbm))
             if work is None:
                 hit = match.hit(rank.key)
                 work = uncached_work_s(self._cost, rank.layout, hit, request.prompt_tokens)
                 priced[(rank.layout, hbm)] = work
-            key = (rank.queued_work_s + work, *rank.load_key, rank.key)
+            key = (rank.queued_work_s + work, rank.load_order)
             if best is None or key < best:
                 best, pick = key, rank
-        assert best is not None and pick is not None
+        assert best is not None
         return Scored(pick, best[0])
-
-
-def _hit_ranks(cluster: ClusterView, match: PrefixMatch) -> Iterator[tuple[RankState, int]]:
-    for key, hbm in match.rank_blocks.items():
-        rank = cluster.prefill_rank(key)
-        if rank is not None:
-            yield rank, hbm
 
 
 def _first_cold(ranks: tuple[RankState, ...], match: PrefixMatch) -> Iterator[RankState]:

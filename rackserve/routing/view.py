@@ -32,14 +32,14 @@ class RankState:
     running_seqs: int = 0
     healthy: bool = True
     key: RankKey = field(init=False, repr=False, compare=False)
+    # Prefill load order: queued work, queued tokens, running sequences, then the key.
+    load_order: tuple[float, int, int, RankKey] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "key", (self.instance, self.dp_rank))
-
-    @property
-    def load_key(self) -> tuple[float, int, int]:
-        """Prefill load order: queued work, then queued tokens, then running sequences."""
-        return (self.queued_work_s, self.queued_tokens, self.running_seqs)
+        key = (self.instance, self.dp_rank)
+        object.__setattr__(self, "key", key)
+        order = (self.queued_work_s, self.queued_tokens, self.running_seqs, key)
+        object.__setattr__(self, "load_order", order)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ class ClusterView:
     def __post_init__(self) -> None:
         prefill = tuple(r for r in self.ranks if r.role == "prefill" and r.healthy)
         by_load: dict[str, list[RankState]] = {}
-        for r in sorted(prefill, key=lambda r: (r.load_key, r.key)):
+        for r in sorted(prefill, key=lambda r: r.load_order):
             by_load.setdefault(r.layout, []).append(r)
         decode_best: dict[str | None, RankState] = {}
         for r in self.ranks:
@@ -97,7 +97,7 @@ class ClusterView:
         return self._prefill_by_key.get(key)
 
     def prefill_by_load(self) -> dict[str, tuple[RankState, ...]]:
-        """Healthy prefill ranks per layout, least loaded first (RankState.load_key, then key)."""
+        """Healthy prefill ranks per layout, least loaded first (RankState.load_order)."""
         return self._by_load
 
     def decode_ranks(self, layout: str | None = None) -> tuple[RankState, ...]:

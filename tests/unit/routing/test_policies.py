@@ -240,7 +240,7 @@ def test_luw_pick_equals_brute_force_argmin(cost, rows, pool_hbm, pool_dram):
 
     def brute_key(r: RankState):
         work = uncached_work_s(cost, r.layout, match.hit(r.key), REQ.prompt_tokens)
-        return (r.queued_work_s + work, *r.load_key, r.key)
+        return (r.queued_work_s + work, r.load_order)
 
     want = min((r for r in ranks if r.healthy), key=brute_key)
     assert pick.rank == want

@@ -1,0 +1,93 @@
+"""The router's cost model backed by rackserve.timing.TimingModel, fast enough to call per decision.
+
+A direct TimingModel.prefill_estimate_s costs milliseconds (a full step-cost evaluation); the
+router needs it for several ranks within microseconds. So each layout's prefill time is
+tabulated once, on first use, over a grid of (new tokens, cached tokens) and interpolated
+bilinearly (exact for the a + b*new + c*cached + d*new*cached part of attention; the grid is
+dense enough in new tokens that the new^2 part stays within a few percent - see the test).
+KV transfer times are memoised per (tokens, tier).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+
+from rackserve.config import Config
+from rackserve.timing import Layout, TimingModel
+
+# New-token grid: 1, then 16 * sqrt(2)^k up to 256k tokens (half-octave steps).
+NEW_GRID: tuple[int, ...] = (1, *sorted({round(16 * 2 ** (k / 2)) for k in range(29)}))
+CACHED_GRID: tuple[int, ...] = (0, 1024, 4096, 16384, 65536, 262144, 1048576)
+
+
+class PrefillTable:
+    """Prefill seconds of one layout on the grid, interpolated in between (extrapolated past it)."""
+
+    def __init__(
+        self,
+        model: TimingModel,
+        layout: Layout,
+        new_grid: Sequence[int] = NEW_GRID,
+        cached_grid: Sequence[int] = CACHED_GRID,
+    ) -> None:
+        self.new_grid = tuple(new_grid)
+        self.cached_grid = tuple(cached_grid)
+        self.table = [
+            [model.prefill_estimate_s(layout, n, c) for c in self.cached_grid]
+            for n in self.new_grid
+        ]
+
+    def __call__(self, new_tokens: int, cached_tokens: int) -> float:
+        if new_tokens <= 0:
+            return 0.0
+        i, tx = _cell(self.new_grid, new_tokens)
+        j, ty = _cell(self.cached_grid, cached_tokens)
+        t0, t1 = self.table[i], self.table[i + 1]
+        low = t0[j] + (t0[j + 1] - t0[j]) * ty
+        high = t1[j] + (t1[j + 1] - t1[j]) * ty
+        return low + (high - low) * tx
+
+
+def _cell(grid: tuple[int, ...], x: int) -> tuple[int, float]:
+    i = min(max(bisect.bisect_right(grid, x) - 1, 0), len(grid) - 2)
+    return i, (x - grid[i]) / (grid[i + 1] - grid[i])
+
+
+class TimingCost:
+    """rackserve.routing.CostModel over a TimingModel, with layouts named as in RankState.layout
+    ("dep2", "tp8", "wide-ep" or Layout.key such as "wide-ep16")."""
+
+    def __init__(self, model: TimingModel, layouts: Mapping[str, Layout] | None = None) -> None:
+        self.model = model
+        self._layouts = dict(layouts or {})
+        self._tables: dict[str, PrefillTable] = {}
+        self._transfer: dict[tuple[int, str], float] = {}
+
+    @classmethod
+    def from_config(cls, config: Config, model: TimingModel | None = None) -> TimingCost:
+        """Cost of the config's deployment: its prefill layouts (by name) on its timing model."""
+        tm = model or TimingModel.from_section(config.timing)
+        groups = [*config.deployment.prefill, *config.deployment.decode]
+        return cls(tm, {g.layout: tm.layout(g.layout, g.ranks) for g in groups})
+
+    def prefill_estimate_s(self, layout: str, new_tokens: int, cached_tokens: int) -> float:
+        table = self._tables.get(layout)
+        if table is None:
+            table = self._tables[layout] = PrefillTable(self.model, self.layout_of(layout))
+        return table(new_tokens, cached_tokens)
+
+    def kv_transfer_s(self, tokens: int, tier: str) -> float:
+        key = (tokens, tier)
+        seconds = self._transfer.get(key)
+        if seconds is None:
+            seconds = self._transfer[key] = self.model.kv_transfer_s(tokens, tier)
+        return seconds
+
+    def layout_of(self, name: str) -> Layout:
+        """The Layout a RankState.layout name stands for."""
+        if name in self._layouts:
+            return self._layouts[name]
+        if name.startswith("wide-ep") and name[len("wide-ep") :].isdigit():
+            return self.model.layout("wide-ep", int(name[len("wide-ep") :]))
+        return self.model.layout(name)
