@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -166,14 +167,16 @@ class TorchModel:
         return out
 
 
-def median_seconds(fn, reps: int) -> float:
-    fn()  # warm-up
-    times = []
+def paired_medians(numpy_fn, torch_fn, reps: int) -> tuple[float, float]:
+    """Median seconds of each, timed alternately so load changes on a shared machine hit both."""
+    numpy_fn(), torch_fn()  # warm-up
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, out in ((numpy_fn, times[0]), (torch_fn, times[1])):
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def prefill_case(cfg, model, tmodel, n, reps):
@@ -184,12 +187,10 @@ def prefill_case(cfg, model, tmodel, n, reps):
     kk, vv = torch.from_numpy(kv.k.copy()), torch.from_numpy(kv.v.copy())
     ref, got = model.forward(kv, [seg]), tmodel.forward(kk, vv, [seg]).numpy()
     diff = float(np.abs(ref - got).max() / np.abs(ref).max())
-    return (
-        n,
-        median_seconds(lambda: model.forward(kv, [seg]), reps),
-        median_seconds(lambda: tmodel.forward(kk, vv, [seg]), reps),
-        diff,
+    s_np, s_t = paired_medians(
+        lambda: model.forward(kv, [seg]), lambda: tmodel.forward(kk, vv, [seg]), reps
     )
+    return n, s_np, s_t, diff
 
 
 def decode_case(cfg, model, tmodel, batch, context, reps):
@@ -211,12 +212,10 @@ def decode_case(cfg, model, tmodel, batch, context, reps):
     ]
     ref, got = model.forward(kv, segs), tmodel.forward(kk, vv, segs).numpy()
     diff = float(np.abs(ref - got).max() / np.abs(ref).max())
-    return (
-        batch,
-        median_seconds(lambda: model.forward(kv, segs), reps),
-        median_seconds(lambda: tmodel.forward(kk, vv, segs), reps),
-        diff,
+    s_np, s_t = paired_medians(
+        lambda: model.forward(kv, segs), lambda: tmodel.forward(kk, vv, segs), reps
     )
+    return batch, s_np, s_t, diff
 
 
 def main() -> None:
@@ -234,6 +233,7 @@ def main() -> None:
     model = Transformer(cfg, weights, table)
     tmodel = TorchModel(cfg, weights, table, model)
     rows = []
+    load_before = os.getloadavg()[0]
     with torch.inference_mode():
         for n in (512, 4096):
             n, s_np, s_t, diff = prefill_case(
@@ -269,6 +269,8 @@ def main() -> None:
         "command": f".venv/bin/python bench/model.py --threads {args.threads} --reps {args.reps}",
         "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, nproc shared",
         "threads": args.threads,
+        "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
+        "cpus": os.cpu_count(),
         "numpy": np.__version__,
         "torch": torch.__version__,
         "model": {

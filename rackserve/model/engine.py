@@ -251,32 +251,48 @@ class Engine:
         self, hashes: list[int], blocks: list[list[int]], kv_blocks: Sequence[tuple[int, bytes]]
     ) -> list[int]:
         """Write given blocks into the cache (those not cached yet); returns every block of the given
-        prefix found or written, each holding one extra reference until admission is done."""
+        prefix found or written, each holding one extra reference until admission is done.
+        All blocks are checked and decoded before the cache changes, so a bad one changes nothing."""
+        decoded = self._decode_imports(hashes, blocks, kv_blocks)
+        held: list[int] = []
+        for i, kv in enumerate(decoded):
+            present = self.cache.find(hashes[i], blocks[i])
+            if present is not None:  # hold it so importing the next blocks cannot evict it
+                self.cache.acquire([present])
+                held.append(present)
+                continue
+            if kv is None or self.cache.num_free == 0:
+                break
+            (block,) = self.cache.allocate(1)
+            self.kv.write_block(block, *kv)
+            self.cache.commit(block, hashes[i], blocks[i], hashes[i - 1] if i else None)
+            held.append(block)
+            self._imported += 1
+        return held
+
+    def _decode_imports(
+        self, hashes: list[int], blocks: list[list[int]], kv_blocks: Sequence[tuple[int, bytes]]
+    ) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """(K, V) per given block, None where the block is already cached here."""
         if len(kv_blocks) > len(hashes):
             raise ValueError(
                 f"kv_blocks: {len(kv_blocks)} blocks for a sequence of {len(hashes)} full blocks"
             )
         shape = (self.cfg.n_layers, self.cfg.block_size, self.cfg.head_dim)
-        held: list[int] = []
+        decoded: list[tuple[np.ndarray, np.ndarray] | None] = []
         for i, (block_hash, data) in enumerate(kv_blocks):
             if block_hash != hashes[i]:
                 raise ValueError(
                     f"kv_blocks[{i}]: hash {block_hash:#x} is not block {i} of the prompt"
                 )
-            present = self.cache.find(block_hash, blocks[i])
-            if present is not None:  # hold it so importing the next blocks cannot evict it
-                self.cache.acquire([present])
-                held.append(present)
+            if self.cache.find(block_hash, blocks[i]) is not None:
+                decoded.append(None)
                 continue
-            k, v = decode_block(data, shape, self.cfg.fingerprint)
-            if self.cache.num_free == 0:
-                break
-            (block,) = self.cache.allocate(1)
-            self.kv.write_block(block, k, v)
-            self.cache.commit(block, block_hash, blocks[i], hashes[i - 1] if i else None)
-            held.append(block)
-            self._imported += 1
-        return held
+            try:
+                decoded.append(decode_block(data, shape, self.cfg.fingerprint))
+            except ValueError as exc:
+                raise ValueError(f"kv_blocks[{i}]: {exc}") from None
+        return decoded
 
     # -- stepping ----------------------------------------------------------------------------
     def step(self) -> StepResult:

@@ -219,3 +219,15 @@ def test_duplicate_and_unknown_request_ids(make_engine):
         engine.free("nope")
     engine.free("r")
     assert engine.cache.num_free == engine.cache.num_blocks
+
+
+def test_bad_kv_block_changes_nothing(make_engine, prompt, cfg):
+    text = prompt(40, seed=8)
+    source = make_engine()
+    run(source, "a", text, SamplingParams(max_tokens=1))
+    (good, (second_hash, second_bytes)) = source.export_prefix(text)
+    engine = make_engine()
+    with pytest.raises(ValueError, match=r"kv_blocks\[1\]: kv block: payload"):
+        engine.add_request("b", text, GREEDY, kv_blocks=[good, (second_hash, second_bytes[:-8])])
+    assert engine.cache.num_free == engine.cache.num_blocks
+    assert engine.cache.stats().num_cached == 0 and engine.num_requests == 0
