@@ -84,6 +84,7 @@ class PoolClient:
             target_sizes: Sequence[int] | None = None) -> PutResult:
         """Store blocks of one chain (`parent_hash` precedes hashes[0]); two-phase, never raises
         for Redis/pool faults. `target_sizes`: bytes each block weighs in the emulated rack."""
+        hashes = [int(h) for h in hashes]  # numpy integers are not protobuf integers
         if len(hashes) != len(values):
             raise ValueError(f"hashes and values differ in length: {len(hashes)} != {len(values)}")
         request = pb.ReserveRequest(owner=self.owner, block_hashes=hashes, sizes=[len(v) for v in values],
@@ -121,6 +122,7 @@ class PoolClient:
     # ---- gets -----------------------------------------------------------------------------
     def get(self, hashes: Sequence[int]) -> GetResult:
         """Bytes of each block or None. Hits are leased until read, so eviction cannot race."""
+        hashes = [int(h) for h in hashes]
         if not hashes:
             return GetResult((), ())
         reply = self._call(self._stub.BatchGet, pb.GetRequest(block_hashes=hashes, lease=True))
@@ -151,13 +153,13 @@ class PoolClient:
     # ---- metadata -------------------------------------------------------------------------
     def match_prefix(self, hashes: Sequence[int]) -> PrefixMatch:
         """Leading blocks of a chain present in the pool, and their tiers (no lease, no LRU touch)."""
-        reply = self._call(self._stub.MatchPrefix, pb.MatchPrefixRequest(block_hashes=hashes))
+        reply = self._call(self._stub.MatchPrefix, pb.MatchPrefixRequest(block_hashes=[int(h) for h in hashes]))
         if reply is None:
             return PrefixMatch(0, ())
         return PrefixMatch(reply.count, tuple(PB_TO_TIER[t] for t in reply.tiers))  # type: ignore[misc]
 
     def remove(self, hashes: Sequence[int]) -> tuple[int, ...]:
-        reply = self._call(self._stub.Remove, pb.RemoveRequest(block_hashes=hashes))
+        reply = self._call(self._stub.Remove, pb.RemoveRequest(block_hashes=[int(h) for h in hashes]))
         return () if reply is None else tuple(reply.removed)
 
     def stats(self) -> pb.StatsReply:
