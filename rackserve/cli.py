@@ -9,6 +9,10 @@ import typer
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="rackserve: a runnable twin of a disaggregated inference rack")
 
+from rackserve.timing.cli import app as timing_app  # noqa: E402
+
+app.add_typer(timing_app, name="timing")
+
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def up(ctx: typer.Context) -> None:

@@ -81,11 +81,21 @@ def worker(rank: int, world: int, init: str, out_q) -> None:
     recs = []
     for nbytes in AR_BYTES:
         x = torch.ones(nbytes // 2, device="cuda", dtype=torch.bfloat16)
-        eager = _time(lambda: dist.all_reduce(x))
-        graph = _graph_time(lambda: dist.all_reduce(x))
+        eager = _time(lambda x=x: dist.all_reduce(x))
+        graph = _graph_time(lambda x=x: dist.all_reduce(x))
         if rank == 0:
-            assert torch.allclose(x[:1].float(), x[:1].float())  # values grow; correctness checked below
-        recs.append({"kind": "all_reduce", "world": world, "bytes": nbytes, "eager_s": eager, "graph_s": graph})
+            assert torch.allclose(
+                x[:1].float(), x[:1].float()
+            )  # values grow; correctness checked below
+        recs.append(
+            {
+                "kind": "all_reduce",
+                "world": world,
+                "bytes": nbytes,
+                "eager_s": eager,
+                "graph_s": graph,
+            }
+        )
     y = torch.full((1024,), float(rank + 1), device="cuda")
     dist.all_reduce(y)
     ok = bool(torch.all(y == world * (world + 1) / 2).item())
@@ -100,9 +110,17 @@ def worker(rank: int, world: int, init: str, out_q) -> None:
             sbuf = torch.empty(sum(send) * elem, device="cuda", dtype=torch.uint8)
             rbuf = torch.empty(sum(recv) * elem, device="cuda", dtype=torch.uint8)
             ins, outs = [c * elem for c in send], [c * elem for c in recv]
-            t = _time(lambda: dist.all_to_all_single(rbuf, sbuf, outs, ins))
+            t = _time(lambda r=rbuf, s=sbuf, o=outs, i=ins: dist.all_to_all_single(r, s, o, i))
             remote = sum(c for i, c in enumerate(send) if i != rank) * elem
-            recs.append({"kind": f"all_to_all_{phase}", "world": world, "tokens": tokens, "bytes": remote, "eager_s": t})
+            recs.append(
+                {
+                    "kind": f"all_to_all_{phase}",
+                    "world": world,
+                    "tokens": tokens,
+                    "bytes": remote,
+                    "eager_s": t,
+                }
+            )
     dist.destroy_process_group()
     if rank == 0:
         out_q.put({"records": recs, "allreduce_correct": ok})
@@ -133,8 +151,17 @@ def fit(records: list[dict], key: str = "eager_s") -> list[dict]:
         sol, *_ = np.linalg.lstsq(a, np.array([r[key] for r in train]), rcond=None)
         alpha, inv_bw = float(max(sol[0], 0.0)), float(max(sol[1], 1e-15))
         err = [abs(alpha + r["bytes"] * inv_bw - r[key]) / r[key] * 100 for r in test]
-        out.append({"kind": kind, "world": world, "timing": key, "alpha_s": alpha, "bw_bytes_per_s": 1.0 / inv_bw,
-                    "heldout_median_abs_pct": float(np.median(err)), "heldout_worst_abs_pct": float(np.max(err))})
+        out.append(
+            {
+                "kind": kind,
+                "world": world,
+                "timing": key,
+                "alpha_s": alpha,
+                "bw_bytes_per_s": 1.0 / inv_bw,
+                "heldout_median_abs_pct": float(np.median(err)),
+                "heldout_worst_abs_pct": float(np.max(err)),
+            }
+        )
     return out
 
 
@@ -146,13 +173,23 @@ def main() -> None:
     args = ap.parse_args()
     n_gpu = torch.cuda.device_count()
     worlds = [1] if args.sanity else [w for w in map(int, args.ranks.split(",")) if w <= n_gpu]
-    result = {"gpus": n_gpu, "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-              "nccl_nvls_enable": os.environ["NCCL_NVLS_ENABLE"], "worlds": worlds, "records": [], "checks": {}}
+    result = {
+        "gpus": n_gpu,
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "nccl_nvls_enable": os.environ["NCCL_NVLS_ENABLE"],
+        "worlds": worlds,
+        "records": [],
+        "checks": {},
+    }
     for w in worlds:
         res = run_world(w)
         result["records"] += res["records"]
         result["checks"][f"all_reduce_sum_world{w}"] = res["allreduce_correct"]
-        print(f"world {w}: {len(res['records'])} records, all-reduce sum correct: {res['allreduce_correct']}", flush=True)
+        print(
+            f"world {w}: {len(res['records'])} records, all-reduce sum correct: {res['allreduce_correct']}",
+            flush=True,
+        )
     result["fits"] = fit(result["records"], "eager_s") + fit(result["records"], "graph_s")
     for f in result["fits"]:
         print(json.dumps(f))

@@ -88,7 +88,9 @@ def _predict_family(hw: HardwareSpec, fam: str, rows: list[dict]) -> np.ndarray:
         return copy_time(hw, _col(rows, "bytes_moved")) + hw.microarch.kernel_overhead_s
     if fam == "attention_bmm":
         b, c, h, d = (_col(rows, x) for x in ("batch", "context", "heads", "head_dim"))
-        qk = gemm_time(hw, h, c, d, weight_dtype="bf16", groups=b)[0]  # the shared K head is the "weight"
+        qk = gemm_time(hw, h, c, d, weight_dtype="bf16", groups=b)[
+            0
+        ]  # the shared K head is the "weight"
         pv = gemm_time(hw, h, d, c, weight_dtype="bf16", groups=b)[0]
         # .float(), * scale, softmax, .to(bf16): 4 streaming kernels over B x H x C scores (28 B per score)
         soft = copy_time(hw, b * h * c * 28.0) + 4 * hw.microarch.kernel_overhead_s
@@ -126,7 +128,7 @@ def split(measurements: list[dict]) -> tuple[list[dict], list[dict], list[dict]]
             continue
         first = len(train) % 2  # alternate which end starts in train, so both ends get judged
         train += rows[first::2]
-        test += rows[1 - first::2]
+        test += rows[1 - first :: 2]
     return train, test, excluded
 
 
@@ -169,7 +171,7 @@ def fit(hw0: HardwareSpec, train: list[dict]) -> dict[str, float]:
     start = {n: _get(hw0, PARAMS[n][0]) for n in names}
 
     def decode(z: np.ndarray) -> dict[str, float]:
-        return dict(zip(names, np.exp(np.clip(z, lo, hi)).tolist()))
+        return dict(zip(names, np.exp(np.clip(z, lo, hi)).tolist(), strict=False))
 
     measured = _col(train, "time_s")
 
@@ -191,19 +193,30 @@ def _get(hw: HardwareSpec, path: str) -> float:
 
 def table(hw: HardwareSpec, rows: list[dict]) -> list[dict]:
     out = []
-    for r, p in zip(rows, predict_rows(hw, rows)):
+    for r, p in zip(rows, predict_rows(hw, rows), strict=False):
         p = float(p)
         shape = {k: v for k, v in r.items() if k not in ("time_s", "mode", "kind")}
-        out.append({"family": family(r), "shape": shape, "measured_s": r["time_s"], "predicted_s": p,
-                    "error_pct": (p - r["time_s"]) / r["time_s"] * 100})
+        out.append(
+            {
+                "family": family(r),
+                "shape": shape,
+                "measured_s": r["time_s"],
+                "predicted_s": p,
+                "error_pct": (p - r["time_s"]) / r["time_s"] * 100,
+            }
+        )
     return out
 
 
 def summary(rows: list[dict]) -> dict:
     errs = np.abs([r["error_pct"] for r in rows])
     worst = rows[int(np.argmax(errs))]
-    return {"n": len(rows), "median_abs_pct": float(np.median(errs)), "worst_abs_pct": float(errs.max()),
-            "worst_case": {"family": worst["family"], "shape": worst["shape"]}}
+    return {
+        "n": len(rows),
+        "median_abs_pct": float(np.median(errs)),
+        "worst_abs_pct": float(errs.max()),
+        "worst_case": {"family": worst["family"], "shape": worst["shape"]},
+    }
 
 
 def write_spec(values: dict[str, float], raw: str) -> None:
@@ -213,10 +226,18 @@ def write_spec(values: dict[str, float], raw: str) -> None:
         note = f"CALIBRATED: bench/calibrate/fit.py on {raw} (see bench/results/calib_h200.json)"
         if name.startswith("gemm_compute_"):
             continue
-        text, n = re.subn(rf"^(\s*{leaf}: )[^#\n]*#.*$", rf"\g<1>{value:.4g}  # {note}", text, count=1, flags=re.M)
+        text, n = re.subn(
+            rf"^(\s*{leaf}: )[^#\n]*#.*$", rf"\g<1>{value:.4g}  # {note}", text, count=1, flags=re.M
+        )
         assert n == 1, name
     bf16, fp8 = values["gemm_compute_bf16"], values["gemm_compute_fp8"]
-    text, n = re.subn(r"^(\s*gemm_compute: ).*$", rf"\g<1>{{bf16: {bf16:.4g}, fp8: {fp8:.4g}}}  # CALIBRATED: bench/calibrate/fit.py on {raw}", text, count=1, flags=re.M)
+    text, n = re.subn(
+        r"^(\s*gemm_compute: ).*$",
+        rf"\g<1>{{bf16: {bf16:.4g}, fp8: {fp8:.4g}}}  # CALIBRATED: bench/calibrate/fit.py on {raw}",
+        text,
+        count=1,
+        flags=re.M,
+    )
     assert n == 1
     SPEC.write_text(text)
 
@@ -237,10 +258,16 @@ def main() -> None:
     fams = sorted({r["family"] for r in after})
     report = {
         "command": "python3 bench/calibrate/h200_kernels.py --out $OUT/calib_h200_raw.json (device: nvidia-h200); "
-                   ".venv/bin/python bench/calibrate/fit.py --write-spec",
-        "device": raw["device"], "torch": raw["torch"], "train_n": len(train), "heldout_n": len(test),
-        "excluded": {"n": len(excluded), "why": "attention via torch SDPA: no fused kernel for head dim 512, "
-                     "it runs the math fallback (10-60x slower than the bmm path); not a kernel the model charges"},
+        ".venv/bin/python bench/calibrate/fit.py --write-spec",
+        "device": raw["device"],
+        "torch": raw["torch"],
+        "train_n": len(train),
+        "heldout_n": len(test),
+        "excluded": {
+            "n": len(excluded),
+            "why": "attention via torch SDPA: no fused kernel for head dim 512, "
+            "it runs the math fallback (10-60x slower than the bmm path); not a kernel the model charges",
+        },
         "notes": [
             "attention_bmm is predicted, never fitted: QK and PV as batched GEMMs + 4 streaming softmax kernels "
             "from the fitted GEMM/copy parameters; the fused-attention efficiency of h200 keeps its public start",
@@ -249,8 +276,12 @@ def main() -> None:
         ],
         "fitted": values,
         "heldout_all": summary(after),
-        "heldout_fitted_families": summary([r for r in after if not r["family"].startswith("attention")]),
-        "heldout_gemm_and_grouped": summary([r for r in after if r["family"] in ("gemm_bf16", "gemm_fp8", "grouped")]),
+        "heldout_fitted_families": summary(
+            [r for r in after if not r["family"].startswith("attention")]
+        ),
+        "heldout_gemm_and_grouped": summary(
+            [r for r in after if r["family"] in ("gemm_bf16", "gemm_fp8", "grouped")]
+        ),
         "heldout_by_family": {f: summary([r for r in after if r["family"] == f]) for f in fams},
         "heldout_before_fit_public_starts": summary(before),
         "rows": after,
@@ -260,9 +291,16 @@ def main() -> None:
     for f in fams:
         s = report["heldout_by_family"][f]
         print(f"{f:18} {s['n']:3d} {s['median_abs_pct']:13.1f} {s['worst_abs_pct']:12.1f}")
-    for key in ("heldout_gemm_and_grouped", "heldout_fitted_families", "heldout_all", "heldout_before_fit_public_starts"):
+    for key in (
+        "heldout_gemm_and_grouped",
+        "heldout_fitted_families",
+        "heldout_all",
+        "heldout_before_fit_public_starts",
+    ):
         s = report[key]
-        print(f"{key:34} n={s['n']:3d} median {s['median_abs_pct']:.1f}%  worst {s['worst_abs_pct']:.1f}% ({s['worst_case']['family']})")
+        print(
+            f"{key:34} n={s['n']:3d} median {s['median_abs_pct']:.1f}%  worst {s['worst_abs_pct']:.1f}% ({s['worst_case']['family']})"
+        )
     print("fitted:", {k: float(f"{v:.4g}") for k, v in values.items()})
     if args.write_spec:
         write_spec(values, args.raw)

@@ -109,8 +109,23 @@ def measure_gemm(dtype: str, name: str, m: int, k: int, n: int) -> dict:
         # _scaled_mm wants the second operand column-major: transpose of a row-major (n, k)
         ws = [torch.randn(n, k, device=dev).mul(0.02).to(f8).t() for _ in range(copies)]
         one = torch.ones((), device=dev)
-        t, mode = timed(lambda i: torch._scaled_mm(xs[i], ws[i], scale_a=one, scale_b=one, out_dtype=torch.bfloat16), copies)
-    return {"kind": "gemm", "dtype": dtype, "name": name, "m": m, "n": n, "k": k, "groups": 1, "time_s": t, "mode": mode}
+        t, mode = timed(
+            lambda i: torch._scaled_mm(
+                xs[i], ws[i], scale_a=one, scale_b=one, out_dtype=torch.bfloat16
+            ),
+            copies,
+        )
+    return {
+        "kind": "gemm",
+        "dtype": dtype,
+        "name": name,
+        "m": m,
+        "n": n,
+        "k": k,
+        "groups": 1,
+        "time_s": t,
+        "mode": mode,
+    }
 
 
 def measure_bmm(m: int) -> dict:
@@ -119,14 +134,27 @@ def measure_bmm(m: int) -> dict:
     xs = [torch.randn(g, m, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
     ws = [torch.randn(g, k, n, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
     t, mode = timed(lambda i: torch.bmm(xs[i], ws[i]), copies)
-    return {"kind": "gemm", "dtype": "bf16", "name": "wo_a", "m": m, "n": n, "k": k, "groups": g, "time_s": t, "mode": mode}
+    return {
+        "kind": "gemm",
+        "dtype": "bf16",
+        "name": "wo_a",
+        "m": m,
+        "n": n,
+        "k": k,
+        "groups": g,
+        "time_s": t,
+        "mode": mode,
+    }
 
 
 def measure_grouped(experts: int, tpe: int, k: int, n: int, name: str) -> dict:
     tokens = experts * tpe
     a = torch.randn(tokens, k, device="cuda", dtype=torch.bfloat16)
     copies = n_copies(experts * k * n * 2)
-    bs = [torch.randn(experts, k, n, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
+    bs = [
+        torch.randn(experts, k, n, device="cuda", dtype=torch.bfloat16) * 0.02
+        for _ in range(copies)
+    ]
     offs = torch.arange(1, experts + 1, device="cuda", dtype=torch.int32) * tpe
     impl = "torch._grouped_mm"
     try:
@@ -135,8 +163,18 @@ def measure_grouped(experts: int, tpe: int, k: int, n: int, name: str) -> dict:
         impl = "torch.bmm"
         a3 = a.view(experts, tpe, k)
         t, mode = timed(lambda i: torch.bmm(a3, bs[i]), copies)
-    return {"kind": "grouped", "dtype": "bf16", "name": name, "experts": experts, "tokens_per_expert": tpe,
-            "k": k, "n": n, "time_s": t, "mode": mode, "impl": impl}
+    return {
+        "kind": "grouped",
+        "dtype": "bf16",
+        "name": name,
+        "experts": experts,
+        "tokens_per_expert": tpe,
+        "k": k,
+        "n": n,
+        "time_s": t,
+        "mode": mode,
+        "impl": impl,
+    }
 
 
 def measure_attention(b: int, c: int, impl: str) -> dict:
@@ -147,18 +185,32 @@ def measure_attention(b: int, c: int, impl: str) -> dict:
     kvs = [torch.randn(b, 1, c, d, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
     scale = 1.0 / math.sqrt(d)
     if impl == "sdpa":
+
         def call(i: int):
             kv = kvs[i].expand(b, heads, c, d)
             return torch.nn.functional.scaled_dot_product_attention(qs[i], kv, kv, scale=scale)
     else:  # MQA as two batched GEMMs: 64 heads are the M rows of one shared K=V head
+
         def call(i: int):
             q = qs[i].view(b, heads, d)
             kv = kvs[i].view(b, c, d)
-            p = torch.softmax(torch.bmm(q, kv.transpose(1, 2)).float() * scale, dim=-1).to(torch.bfloat16)
+            p = torch.softmax(torch.bmm(q, kv.transpose(1, 2)).float() * scale, dim=-1).to(
+                torch.bfloat16
+            )
             return torch.bmm(p, kv)
+
     t, mode = timed(call, copies)
-    return {"kind": "attention", "impl": impl, "batch": b, "context": c, "heads": heads, "head_dim": d,
-            "kv_dtype": "bf16", "time_s": t, "mode": mode}
+    return {
+        "kind": "attention",
+        "impl": impl,
+        "batch": b,
+        "context": c,
+        "heads": heads,
+        "head_dim": d,
+        "kv_dtype": "bf16",
+        "time_s": t,
+        "mode": mode,
+    }
 
 
 def measure_copy(nbytes: int) -> dict:
@@ -196,19 +248,28 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting new jobs after this long")
+    ap.add_argument(
+        "--budget-s", type=float, default=420.0, help="stop starting new jobs after this long"
+    )
     args = ap.parse_args()
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
     result = {
-        "device": props.name, "sm_count": props.multi_processor_count, "torch": torch.__version__,
-        "cuda": torch.version.cuda, "method": __doc__, "measurements": [], "errors": [],
+        "device": props.name,
+        "sm_count": props.multi_processor_count,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "method": __doc__,
+        "measurements": [],
+        "errors": [],
     }
     t_start = time.time()
     for job in plan(args.quick):
         fn, *params = job
         if time.time() - t_start > args.budget_s:
-            result["errors"].append({"job": [fn.__name__, *params], "error": "skipped: over --budget-s"})
+            result["errors"].append(
+                {"job": [fn.__name__, *params], "error": "skipped: over --budget-s"}
+            )
             continue
         try:
             rec = fn(*params)
@@ -224,7 +285,9 @@ def main() -> None:
     result["wall_s"] = time.time() - t_start
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
-    print(f"wrote {args.out}: {len(result['measurements'])} measurements, {len(result['errors'])} errors, {result['wall_s']:.0f}s")
+    print(
+        f"wrote {args.out}: {len(result['measurements'])} measurements, {len(result['errors'])} errors, {result['wall_s']:.0f}s"
+    )
 
 
 if __name__ == "__main__":

@@ -28,7 +28,11 @@ class RankBatch:
     @staticmethod
     def of(new_tokens: list[int], cached_tokens: list[int] | None = None, **kw: int) -> RankBatch:
         new = np.asarray(new_tokens, dtype=np.int64)
-        cached = np.zeros_like(new) if cached_tokens is None else np.asarray(cached_tokens, dtype=np.int64)
+        cached = (
+            np.zeros_like(new)
+            if cached_tokens is None
+            else np.asarray(cached_tokens, dtype=np.int64)
+        )
         return RankBatch(new, cached, **kw)
 
     @property

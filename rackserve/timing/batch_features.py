@@ -51,10 +51,15 @@ def _sum_capped(lo: np.ndarray, hi: np.ndarray, div: float, cap: float) -> np.nd
 def code_shapes(model: ModelSpec) -> tuple[CodeShape, ...]:
     top_k = model.indexer.top_k if model.indexer else 0
     codes = sorted(model.attention.codes)
-    return tuple(CodeShape(model.attention.codes[c].ratio, model.attention.codes[c].indexer, top_k) for c in codes)
+    return tuple(
+        CodeShape(model.attention.codes[c].ratio, model.attention.codes[c].indexer, top_k)
+        for c in codes
+    )
 
 
-def group_sums(queries: np.ndarray, end: np.ndarray, window: int, codes: tuple[CodeShape, ...]) -> GroupSums:
+def group_sums(
+    queries: np.ndarray, end: np.ndarray, window: int, codes: tuple[CodeShape, ...]
+) -> GroupSums:
     """Sums for sequences computing `queries` positions ending at `end` (arrays per sequence)."""
     lo = (end - queries).astype(np.float64)
     hi = end.astype(np.float64)
@@ -71,10 +76,14 @@ def group_sums(queries: np.ndarray, end: np.ndarray, window: int, codes: tuple[C
         else:
             comp[i] = _sum_linear(lo, hi).sum() / code.ratio
     win = _sum_capped(lo, hi, 1.0, float(window)).sum() if window else 0.0
-    return GroupSums(float(queries.sum()), float(np.count_nonzero(queries)), float(win), comp, scan, keys)
+    return GroupSums(
+        float(queries.sum()), float(np.count_nonzero(queries)), float(win), comp, scan, keys
+    )
 
 
-def rank_groups(rb: RankBatch, phase: str, model: ModelSpec, codes: tuple[CodeShape, ...]) -> tuple[GroupSums, GroupSums | None]:
+def rank_groups(
+    rb: RankBatch, phase: str, model: ModelSpec, codes: tuple[CodeShape, ...]
+) -> tuple[GroupSums, GroupSums | None]:
     """(all-layer group, tail group). Decode: every layer computes every new token. Prefill (causal
     encoder-decoder): layers < full_layers compute every new token, the rest only the last
     tail_tokens positions of each sequence (assumes each sequence's chunk ends its prompt)."""

@@ -11,7 +11,9 @@ def allreduce_time(hw: HardwareSpec, bytes_: float, ranks: int, trays: int = 1) 
     if ranks <= 1 or bytes_ <= 0:
         return 0.0
     alpha = hw.allreduce_latency_s + (hw.cross_tray_latency_s if trays > 1 else 0.0)
-    return alpha + 2.0 * (ranks - 1) / ranks * bytes_ / (hw.nvlink_bw_bytes_per_s * hw.efficiency.nvlink)
+    return alpha + 2.0 * (ranks - 1) / ranks * bytes_ / (
+        hw.nvlink_bw_bytes_per_s * hw.efficiency.nvlink
+    )
 
 
 def p2p_time(hw: HardwareSpec, bytes_, latency_s: float | None = None):
@@ -22,4 +24,7 @@ def p2p_time(hw: HardwareSpec, bytes_, latency_s: float | None = None):
 
 def pool_dram_bw(hw: HardwareSpec) -> float:
     """Host DRAM tier -> GPU: limited by the DRAM itself, the CPU-GPU link and the NVLink hop."""
-    return min(hw.host_dram_bw_bytes_per_s, hw.host_link_bw_bytes_per_s, hw.nvlink_bw_bytes_per_s) * hw.efficiency.nvlink
+    return (
+        min(hw.host_dram_bw_bytes_per_s, hw.host_link_bw_bytes_per_s, hw.nvlink_bw_bytes_per_s)
+        * hw.efficiency.nvlink
+    )

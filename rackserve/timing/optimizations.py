@@ -3,8 +3,9 @@
 Each switch changes the cost through its mechanism inside step_cost.py (never a fixed percentage):
   domain-local      MoE weights, LM head, combine buffer, mHC residual and KV stay in the reading
                     die's memory domain (no remote-domain reads).
-  megamoe-tiles     MegaMoE sizes grouped-GEMM tiles by the busiest EP rank's tokens per expert
-                    (less padding than fixed 128-row tiles).
+  megamoe-tiles     MegaMoE: fused grouped GEMM whose tiles are sized by the busiest EP rank's tokens
+                    per expert (less padding than fixed 128-row tiles; the SwiGLU intermediate stays
+                    on chip instead of a round trip through HBM between two GEMMs).
   megagate          MegaGate: exact sqrt-softplus only for experts that can still enter the top-k.
   fp8xfp4-k64       SM107 K64 FP8xFP4 MMA: routed experts run at the FP4 rate instead of FP8.
   fp4-indexer       K128 FP4 MMA in the sparse-attention indexer (FP4 rate instead of FP8).

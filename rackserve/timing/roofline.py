@@ -28,8 +28,18 @@ def roofline(flops, bytes_, peak_flops: float, bw: float):
     return np.maximum(t_c, t_m), t_c, t_m
 
 
-def gemm_time(hw: HardwareSpec, m, n: int, k: int, *, weight_dtype: str, math_dtype: str | None = None,
-              groups: int = 1, split_k: bool = True, domain: float = 1.0):
+def gemm_time(
+    hw: HardwareSpec,
+    m,
+    n: int,
+    k: int,
+    *,
+    weight_dtype: str,
+    math_dtype: str | None = None,
+    groups: int = 1,
+    split_k: bool = True,
+    domain: float = 1.0,
+):
     """Dense GEMM (m tokens) x (k x n weights), `groups` independent ones: (time, t_compute, t_memory).
 
     Weight streaming is capped by how many CTAs stream at once: an output of few tiles keeps few SMs
@@ -43,11 +53,14 @@ def gemm_time(hw: HardwareSpec, m, n: int, k: int, *, weight_dtype: str, math_dt
     col_tiles = np.ceil(np.asarray(n, dtype=np.float64) / CTA_TILE) * groups
     ctas = np.ceil(np.maximum(m, 1.0) / CTA_TILE) * col_tiles
     if split_k:  # K split in 256-deep slices until every SM has work
-        ctas = np.maximum(ctas, np.minimum(hw.sm_count, col_tiles * np.maximum(1, np.asarray(k) // 256)))
+        ctas = np.maximum(
+            ctas, np.minimum(hw.sm_count, col_tiles * np.maximum(1, np.asarray(k) // 256))
+        )
     stream_bw = np.minimum(ctas, hw.sm_count) * hw.microarch.per_sm_bw_bytes_per_s
     bw = np.minimum(hw.hbm_bw_bytes_per_s * hw.efficiency.gemm_memory * domain, stream_bw)
     t, t_c, t_m = roofline(flops, bytes_, hw.peak(math) * hw.gemm_eff(math), bw)
-    return t + hw.microarch.kernel_overhead_s * (m > 0), t_c, t_m
+    busy = m > 0  # no rows, no kernel
+    return (t + hw.microarch.kernel_overhead_s) * busy, t_c * busy, t_m * busy
 
 
 def pipeline_bw_scale(hw: HardwareSpec, stages: int, base_stages: int = 7) -> float:
@@ -55,24 +68,46 @@ def pipeline_bw_scale(hw: HardwareSpec, stages: int, base_stages: int = 7) -> fl
     the calibrated kernel's `base_stages` (so the calibrated efficiency holds at base_stages)."""
 
     def frac(s: int) -> float:
-        x = hw.sm_count * s * hw.microarch.smem_stage_bytes / (hw.hbm_bw_bytes_per_s * max(hw.microarch.mem_latency_s, 1e-12))
+        x = (
+            hw.sm_count
+            * s
+            * hw.microarch.smem_stage_bytes
+            / (hw.hbm_bw_bytes_per_s * max(hw.microarch.mem_latency_s, 1e-12))
+        )
         return x / (x + 1.0)
 
     return frac(stages) / frac(base_stages)
 
 
-def grouped_gemm_time(hw: HardwareSpec, padded_rows, weight_bytes, n: int, k: int, *, math_dtype: str,
-                      bw_scale: float = 1.0, domain: float = 1.0):
-    """Grouped expert GEMM: padded_rows x k x n math, weight_bytes of active experts streamed once."""
-    flops = 2.0 * np.asarray(padded_rows, dtype=np.float64) * n * k
-    act_bytes = np.asarray(padded_rows, dtype=np.float64) * (k + n) * DTYPE_BYTES["bf16"]
+def grouped_gemm_time(
+    hw: HardwareSpec,
+    padded_rows,
+    weight_bytes,
+    n: int,
+    k: int,
+    *,
+    math_dtype: str,
+    bw_scale: float = 1.0,
+    domain: float = 1.0,
+    act_bytes_per_row: float | None = None,
+):
+    """Grouped expert GEMM: padded_rows x k x n math, weight_bytes of active experts streamed once,
+    act_bytes_per_row of activations in and out per row (default: BF16 in and out)."""
+    rows = np.asarray(padded_rows, dtype=np.float64)
+    flops = 2.0 * rows * n * k
+    per_row = (k + n) * DTYPE_BYTES["bf16"] if act_bytes_per_row is None else act_bytes_per_row
+    act_bytes = rows * per_row
     eff_mem = min(0.95, hw.efficiency.grouped_memory * bw_scale)
     bw = hw.hbm_bw_bytes_per_s * eff_mem * domain
-    t, t_c, t_m = roofline(flops, weight_bytes + act_bytes, hw.peak(math_dtype) * hw.efficiency.grouped_compute, bw)
+    t, t_c, t_m = roofline(
+        flops, weight_bytes + act_bytes, hw.peak(math_dtype) * hw.efficiency.grouped_compute, bw
+    )
     return t + hw.microarch.kernel_overhead_s * (np.asarray(weight_bytes) > 0), t_c, t_m
 
 
-def attention_time(hw: HardwareSpec, flops, bytes_, *, math_dtype: str, overlap: float, domain: float = 1.0):
+def attention_time(
+    hw: HardwareSpec, flops, bytes_, *, math_dtype: str, overlap: float, domain: float = 1.0
+):
     """Attention kernel: load and math overlap by `overlap` (1 = perfect, time = max)."""
     _, t_c, t_m = roofline(
         flops,
@@ -86,4 +121,6 @@ def attention_time(hw: HardwareSpec, flops, bytes_, *, math_dtype: str, overlap:
 
 def copy_time(hw: HardwareSpec, bytes_moved, domain: float = 1.0):
     """A streaming pass over `bytes_moved` (read + write counted) at achievable HBM bandwidth."""
-    return np.asarray(bytes_moved, dtype=np.float64) / (hw.hbm_bw_bytes_per_s * hw.efficiency.hbm * domain)
+    return np.asarray(bytes_moved, dtype=np.float64) / (
+        hw.hbm_bw_bytes_per_s * hw.efficiency.hbm * domain
+    )

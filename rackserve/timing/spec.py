@@ -25,7 +25,9 @@ class _Spec(BaseModel):
 
 
 class PeakFlops(_Spec):
-    fp4: float | None = Field(None, gt=0, description="dense NVFP4 FLOP/s (None: no FP4 tensor cores)")
+    fp4: float | None = Field(
+        None, gt=0, description="dense NVFP4 FLOP/s (None: no FP4 tensor cores)"
+    )
     fp8: float = Field(gt=0)
     bf16: float = Field(gt=0)
     vector_fp32: float = Field(gt=0, description="non-tensor FP32 FLOP/s")
@@ -89,7 +91,7 @@ class HardwareSpec(_Spec):
     def gemm_eff(self, dtype: str) -> float:
         eff = self.efficiency.gemm_compute
         if dtype == "fp4":
-            return (eff.fp4 if self.peak_flops.fp4 and eff.fp4 else eff.fp8)
+            return eff.fp4 if self.peak_flops.fp4 and eff.fp4 else eff.fp8
         return float(getattr(eff, dtype))
 
     def stored_bytes(self, dtype: str) -> float:
@@ -208,7 +210,9 @@ class ModelSpec(_Spec):
                 f"attention.layer_codes: {len(self.attention.layer_codes)} entries for {self.layers} layers"
             )
         if self.prefill.full_layers > self.layers:
-            raise ValueError(f"prefill.full_layers: {self.prefill.full_layers} > layers {self.layers}")
+            raise ValueError(
+                f"prefill.full_layers: {self.prefill.full_layers} > layers {self.layers}"
+            )
         if any(c.indexer for c in self.attention.codes.values()) and self.indexer is None:
             raise ValueError("indexer: required when an attention code uses the indexer")
         return self
@@ -218,7 +222,9 @@ def _validated(cls: type[_Spec], data: Any, origin: str) -> Any:
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
+        )
         raise ValueError(f"invalid {cls.__name__} {origin}: {problems}") from None
 
 

@@ -28,7 +28,16 @@ from rackserve.timing.roofline import (
 )
 from rackserve.timing.spec import DTYPE_BYTES, HardwareSpec, ModelSpec
 
-ATTN_PART = ("attn_proj", "indexer", "attention", "mhc", "all_reduce", "engram", "lm_head", "kv_transfer")
+ATTN_PART = (
+    "attn_proj",
+    "indexer",
+    "attention",
+    "mhc",
+    "all_reduce",
+    "engram",
+    "lm_head",
+    "kv_transfer",
+)
 MOE_PART = ("gate", "dispatch_combine", "moe_gemm", "shared_expert", "dense_mlp")
 COMM = {"all_reduce", "dispatch_combine", "engram", "kv_transfer"}
 SMALL_ROWS = 16  # REFERENCE: shared experts packed into the routed GEMM below 16 rows
@@ -91,19 +100,30 @@ class CostContext:
 def _layer_groups(model: ModelSpec, order: list[int], phase: str) -> LayerGroups:
     split = model.layers if phase == "decode" else model.prefill.full_layers
     spans = (range(0, split), range(split, model.layers))
-    counts = tuple(np.array([sum(model.attention.layer_codes[i] == c for i in s) for c in order], float) for s in spans)
-    idx = tuple(sum(model.attention.codes[model.attention.layer_codes[i]].indexer for i in s) for s in spans)
+    counts = tuple(
+        np.array([sum(model.attention.layer_codes[i] == c for i in s) for c in order], float)
+        for s in spans
+    )
+    idx = tuple(
+        sum(model.attention.codes[model.attention.layer_codes[i]].indexer for i in s) for s in spans
+    )
     moe = tuple(sum(i >= model.moe.first_dense_layers for i in s) for s in spans)
-    dense = tuple(len(s) - m for s, m in zip(spans, moe))
-    engram = tuple((0 if i < split else 1, i) for i in (model.engram.layers if model.engram else []))
+    dense = tuple(len(s) - m for s, m in zip(spans, moe, strict=False))
+    engram = tuple(
+        (0 if i < split else 1, i) for i in (model.engram.layers if model.engram else [])
+    )
     return LayerGroups(counts, idx, moe, dense, (len(spans[0]), len(spans[1])), engram)  # type: ignore[arg-type]
 
 
-def step_cost(ctx: CostContext, phase: str, layout: Layout, batch: StepBatch, kv_transfer) -> StepCost:
+def step_cost(
+    ctx: CostContext, phase: str, layout: Layout, batch: StepBatch, kv_transfer
+) -> StepCost:
     if phase not in ("prefill", "decode"):
         raise ValueError(f"phase: must be 'prefill' or 'decode', got {phase!r}")
     if len(batch.ranks) != layout.dp:
-        raise ValueError(f"ranks: layout {layout.key} has {layout.dp} DP ranks, batch has {len(batch.ranks)}")
+        raise ValueError(
+            f"ranks: layout {layout.key} has {layout.dp} DP ranks, batch has {len(batch.ranks)}"
+        )
     lg = ctx.groups[phase]
     per_rank = [rank_groups(rb, phase, ctx.model, ctx.codes) for rb in batch.ranks]
     parts = Parts(layout.dp)
@@ -114,14 +134,40 @@ def step_cost(ctx: CostContext, phase: str, layout: Layout, batch: StepBatch, kv
             continue
         sums = [g[gi] for g in per_rank]
         _attention_part(ctx, layout, phase, lg, gi, sums, parts)
-        _moe_part(ctx, layout, phase, lg, gi, np.array([s.tokens for s in sums]), moe_tokens_full, batch, parts, crit)
+        _moe_part(
+            ctx,
+            layout,
+            phase,
+            lg,
+            gi,
+            np.array([s.tokens for s in sums]),
+            moe_tokens_full,
+            batch,
+            parts,
+            crit,
+        )
     _lm_head(ctx, layout, phase, batch, per_rank, parts)
-    parts.add("kv_transfer", [kv_transfer(rb.pool_hbm_tokens, "pool_hbm") + kv_transfer(rb.pool_dram_tokens, "pool_dram") for rb in batch.ranks])
+    parts.add(
+        "kv_transfer",
+        [
+            kv_transfer(rb.pool_hbm_tokens, "pool_hbm")
+            + kv_transfer(rb.pool_dram_tokens, "pool_dram")
+            for rb in batch.ranks
+        ],
+    )
     _engram(ctx, lg, per_rank, parts)
     return _assemble(parts, crit, layout)
 
 
-def _attention_part(ctx: CostContext, lay: Layout, phase: str, lg: LayerGroups, gi: int, sums: list[GroupSums], parts: Parts) -> None:
+def _attention_part(
+    ctx: CostContext,
+    lay: Layout,
+    phase: str,
+    lg: LayerGroups,
+    gi: int,
+    sums: list[GroupSums],
+    parts: Parts,
+) -> None:
     hw, m, o = ctx.hw, ctx.model, ctx.opts
     att = m.attention
     counts = lg.code_counts[gi]
@@ -131,10 +177,19 @@ def _attention_part(ctx: CostContext, lay: Layout, phase: str, lg: LayerGroups, 
     flops = (win + comp) * 2.0 * (att.heads / lay.tp) * (att.qk_head_dim + att.v_head_dim)
     bytes_ = win * att.window_entry_bytes + comp * att.compressed_entry_bytes
     overlap = 1.0 if o.attn_overlap else hw.efficiency.attention_overlap
-    t, tc, tm = attention_time(hw, flops, bytes_, math_dtype=att.math_dtype, overlap=overlap, domain=domain_bw_factor(hw, False))
+    t, tc, tm = attention_time(
+        hw,
+        flops,
+        bytes_,
+        math_dtype=att.math_dtype,
+        overlap=overlap,
+        domain=domain_bw_factor(hw, False),
+    )
     if phase == "decode" and not o.kv_gather_ahead:
         seqs = np.array([s.seqs for s in sums])[:, None]
-        t = t + hw.microarch.gather_latency_s * (seqs > 0) * np.array([c.indexer for c in ctx.codes])
+        t = t + hw.microarch.gather_latency_s * (seqs > 0) * np.array(
+            [c.indexer for c in ctx.codes]
+        )
     parts.add("attention", t @ counts, tc @ counts, tm @ counts)
     split_k = o.split_k or phase == "prefill"
     for mat in att.matrices:
@@ -145,7 +200,11 @@ def _attention_part(ctx: CostContext, lay: Layout, phase: str, lg: LayerGroups, 
         keys = np.array([s.key_reads for s in sums])
         dt = "fp4" if o.fp4_indexer else "fp8"
         it, itc, itm = attention_time(
-            hw, scan * 2.0 * (ix.heads / lay.tp) * ix.head_dim, keys * ix.key_bytes, math_dtype=dt, overlap=1.0
+            hw,
+            scan * 2.0 * (ix.heads / lay.tp) * ix.head_dim,
+            keys * ix.key_bytes,
+            math_dtype=dt,
+            overlap=1.0,
         )
         parts.add("indexer", it @ counts, itc @ counts, itm @ counts)
         for mat in ix.matrices:
@@ -156,26 +215,59 @@ def _attention_part(ctx: CostContext, lay: Layout, phase: str, lg: LayerGroups, 
         passes = max(1, m.mhc.passes_per_sublayer - 2) if fused else m.mhc.passes_per_sublayer
         mbytes = tokens * m.mhc.streams * m.hidden * m.mhc.elem_bytes * passes * 2
         kernels = 0 if fused else 2
-        mt = copy_time(hw, mbytes, domain_bw_factor(hw, o.domain_local)) + kernels * hw.microarch.kernel_overhead_s * (tokens > 0)
+        mt = copy_time(
+            hw, mbytes, domain_bw_factor(hw, o.domain_local)
+        ) + kernels * hw.microarch.kernel_overhead_s * (tokens > 0)
         parts.add("mhc", mt, None, mt, times=layers)
     if lay.tp > 1:
-        ar = np.array([comm.allreduce_time(hw, x * m.hidden * 2.0, lay.tp, lay.trays) for x in tokens])
+        ar = np.array(
+            [comm.allreduce_time(hw, x * m.hidden * 2.0, lay.tp, lay.trays) for x in tokens]
+        )
         parts.add("all_reduce", ar, times=2 * layers)
 
 
-def _dense(ctx: CostContext, name: str, tokens: np.ndarray, mat, tp: int, split_k: bool, layers: int, parts: Parts) -> None:
+def _dense(
+    ctx: CostContext,
+    name: str,
+    tokens: np.ndarray,
+    mat,
+    tp: int,
+    split_k: bool,
+    layers: int,
+    parts: Parts,
+) -> None:
     n, groups = mat.n, mat.groups
     if mat.tp_split and tp > 1:
         if groups >= tp:
             groups //= tp
         else:
             n //= tp
-    t, tc, tm = gemm_time(ctx.hw, tokens, n, mat.k, weight_dtype=ctx.model.dense_dtype, groups=groups, split_k=split_k)
+    # dense attention weights are not in REFERENCE's domain-local list: interleaved over both domains
+    t, tc, tm = gemm_time(
+        ctx.hw,
+        tokens,
+        n,
+        mat.k,
+        weight_dtype=ctx.model.dense_dtype,
+        groups=groups,
+        split_k=split_k,
+        domain=domain_bw_factor(ctx.hw, False),
+    )
     parts.add(name, t, tc, tm, times=layers)
 
 
-def _moe_part(ctx, lay: Layout, phase: str, lg: LayerGroups, gi: int, tokens: np.ndarray, tokens_full: np.ndarray,
-              batch: StepBatch, parts: Parts, crit: Parts) -> None:
+def _moe_part(
+    ctx,
+    lay: Layout,
+    phase: str,
+    lg: LayerGroups,
+    gi: int,
+    tokens: np.ndarray,
+    tokens_full: np.ndarray,
+    batch: StepBatch,
+    parts: Parts,
+    crit: Parts,
+) -> None:
     hw, m, o = ctx.hw, ctx.model, ctx.opts
     moe = m.moe
     split_k = o.split_k or phase == "prefill"
@@ -183,7 +275,9 @@ def _moe_part(ctx, lay: Layout, phase: str, lg: LayerGroups, gi: int, tokens: np
         inter = moe.dense_intermediate // lay.tp
         for p in (parts, crit):
             src = tokens if p is parts else tokens.max(keepdims=True)
-            a = gemm_time(hw, src, 2 * inter, m.hidden, weight_dtype=moe.shared_dtype, split_k=split_k)
+            a = gemm_time(
+                hw, src, 2 * inter, m.hidden, weight_dtype=moe.shared_dtype, split_k=split_k
+            )
             b = gemm_time(hw, src, m.hidden, inter, weight_dtype=moe.shared_dtype, split_k=split_k)
             p.add("dense_mlp", a[0] + b[0], a[1] + b[1], a[2] + b[2], times=lg.dense_layers[gi])
     n_moe = lg.moe_layers[gi]
@@ -191,10 +285,30 @@ def _moe_part(ctx, lay: Layout, phase: str, lg: LayerGroups, gi: int, tokens: np
         return
     load = _expert_load(ctx, lay, tokens, tokens_full, batch.expert_tokens)
     ranks = slice(0, lay.dp)
-    _moe_rank(ctx, lay, tokens, load.recv[ranks], load.active[ranks], load.padded[ranks], n_moe, split_k, parts)
+    _moe_rank(
+        ctx,
+        lay,
+        tokens,
+        load.recv[ranks],
+        load.active[ranks],
+        load.padded[ranks],
+        n_moe,
+        split_k,
+        parts,
+    )
     b = [load.busiest]
     # the busiest EP rank's MoE work, with the largest own batch for its gate/shared expert/send side
-    _moe_rank(ctx, lay, tokens.max(keepdims=True), load.recv[b], load.active[b], load.padded[b], n_moe, split_k, crit)
+    _moe_rank(
+        ctx,
+        lay,
+        tokens.max(keepdims=True),
+        load.recv[b],
+        load.active[b],
+        load.padded[b],
+        n_moe,
+        split_k,
+        crit,
+    )
 
 
 @dataclass(frozen=True)
@@ -209,8 +323,10 @@ def _next_pow2(x: float) -> int:
     return 1 << max(0, math.ceil(math.log2(max(x, 1.0))))
 
 
-def _expert_load(ctx: CostContext, lay: Layout, tokens: np.ndarray, tokens_full: np.ndarray, expert_tokens) -> ExpertLoad:
-    moe, hw = ctx.model.moe, ctx.hw
+def _expert_load(
+    ctx: CostContext, lay: Layout, tokens: np.ndarray, tokens_full: np.ndarray, expert_tokens
+) -> ExpertLoad:
+    moe, _hw = ctx.model.moe, ctx.hw
     ep = lay.ep
     per_rank_experts = moe.experts // ep
     if expert_tokens is not None:
@@ -229,7 +345,9 @@ def _expert_load(ctx: CostContext, lay: Layout, tokens: np.ndarray, tokens_full:
     assignments = tokens.sum() * moe.top_k
     if ep > 1:
         mean = assignments / ep
-        spread = moe.imbalance_dispersion * math.sqrt(2.0 * mean * math.log(ep)) if mean > 0 else 0.0
+        spread = (
+            moe.imbalance_dispersion * math.sqrt(2.0 * mean * math.log(ep)) if mean > 0 else 0.0
+        )
         recv = np.append(np.full(ep, mean), mean + spread)
     else:
         recv = np.array([assignments, assignments])
@@ -248,17 +366,32 @@ def _tile(ctx: CostContext, busiest_recv: float, busiest_active: float) -> int:
     return int(min(base, max(8, _next_pow2(busiest_recv / busiest_active))))
 
 
-def _moe_rank(ctx, lay: Layout, own, recv, active, padded, n_moe: int, split_k: bool, p: Parts) -> None:
+def _moe_rank(
+    ctx, lay: Layout, own, recv, active, padded, n_moe: int, split_k: bool, p: Parts
+) -> None:
     hw, m, o = ctx.hw, ctx.model, ctx.opts
     moe = m.moe
     dom = domain_bw_factor(hw, o.domain_local)
     math_dt = "fp4" if o.fp8xfp4_k64 and hw.peak_flops.fp4 else "fp8"
-    expert_bytes = moe.expert_bytes * hw.stored_bytes(moe.weight_dtype) / DTYPE_BYTES[moe.weight_dtype]
+    expert_bytes = (
+        moe.expert_bytes * hw.stored_bytes(moe.weight_dtype) / DTYPE_BYTES[moe.weight_dtype]
+    )
     stages = 11 if (lay.tp > 1 and o.tp8_packed_fp4) else 7
     bw_scale = pipeline_bw_scale(hw, stages)
+    # activations per row: FP8 token in, BF16 expert output; unfused (two GEMMs) the FP8 SwiGLU
+    # intermediate also goes out to HBM and back, MegaMoE keeps it on chip
+    inter = moe.intermediate // lay.tp
+    act_row = m.hidden * 1.0 + m.hidden * 2.0 + (0.0 if o.megamoe_tiles else 2.0 * inter)
     t, tc, tm = grouped_gemm_time(
-        hw, padded, active * expert_bytes / lay.tp, 3 * moe.intermediate // lay.tp, m.hidden,
-        math_dtype=math_dt, bw_scale=bw_scale, domain=dom,
+        hw,
+        padded,
+        active * expert_bytes / lay.tp,
+        3 * inter,
+        m.hidden,
+        math_dtype=math_dt,
+        bw_scale=bw_scale,
+        domain=dom,
+        act_bytes_per_row=act_row,
     )
     p.add("moe_gemm", t, tc, tm, times=n_moe)
     # gate: router GEMM + sqrt-softplus scoring (MegaGate scores only candidate experts after a bound)
@@ -272,7 +405,9 @@ def _moe_rank(ctx, lay: Layout, own, recv, active, padded, n_moe: int, split_k: 
         _dispatch_combine(ctx, lay, own, recv, n_moe, dom, p)
 
 
-def _shared_expert(ctx, lay: Layout, own, split_k: bool, n_moe: int, dom: float, bw_scale: float, p: Parts) -> None:
+def _shared_expert(
+    ctx, lay: Layout, own, split_k: bool, n_moe: int, dom: float, bw_scale: float, p: Parts
+) -> None:
     hw, m, o = ctx.hw, ctx.model, ctx.opts
     moe = m.moe
     if moe.shared_experts == 0:
@@ -284,8 +419,10 @@ def _shared_expert(ctx, lay: Layout, own, split_k: bool, n_moe: int, dom: float,
     if o.shared_in_routed:
         # packed into the routed GEMM: no own kernels, its tiles streamed by SMs the routed GEMM leaves idle
         wbytes = 3 * inter * m.hidden * hw.stored_bytes(moe.shared_dtype)
-        bw = max(hw.hbm_bw_bytes_per_s * min(0.95, hw.efficiency.grouped_memory * bw_scale) * dom,
-                 hw.hbm_bw_bytes_per_s * hw.efficiency.gemm_memory)
+        bw = max(
+            hw.hbm_bw_bytes_per_s * min(0.95, hw.efficiency.grouped_memory * bw_scale) * dom,
+            hw.hbm_bw_bytes_per_s * hw.efficiency.gemm_memory,
+        )
         packed = wbytes / bw
         small = (own < SMALL_ROWS) & (own > 0)
         t = np.where(small, np.minimum(t, packed), t)
@@ -315,8 +452,13 @@ def _lm_head(ctx, lay: Layout, phase: str, batch: StepBatch, per_rank, parts: Pa
     else:
         rows = np.array([g[0].seqs for g in per_rank])  # logits of each prompt's last position
     t, tc, tm = gemm_time(
-        ctx.hw, rows, m.vocab // lay.tp, m.hidden, weight_dtype=m.lm_head_dtype,
-        split_k=o.split_k or phase == "prefill", domain=domain_bw_factor(ctx.hw, o.domain_local),
+        ctx.hw,
+        rows,
+        m.vocab // lay.tp,
+        m.hidden,
+        weight_dtype=m.lm_head_dtype,
+        split_k=o.split_k or phase == "prefill",
+        domain=domain_bw_factor(ctx.hw, o.domain_local),
     )
     parts.add("lm_head", t, tc, tm)
 

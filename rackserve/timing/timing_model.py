@@ -20,8 +20,13 @@ class TimingModel:
         cost = tm.step_time("decode", tm.layout("wide-ep", ranks=8), StepBatch(...))
     """
 
-    def __init__(self, hardware: HardwareSpec, model: ModelSpec, optimizations: Optimizations,
-                 block_tokens: int = 64) -> None:
+    def __init__(
+        self,
+        hardware: HardwareSpec,
+        model: ModelSpec,
+        optimizations: Optimizations,
+        block_tokens: int = 64,
+    ) -> None:
         self.hardware = hardware
         self.model = model
         self.optimizations = optimizations
@@ -30,21 +35,35 @@ class TimingModel:
         self._layouts: dict[tuple[str, int | None], Layout] = {}
 
     @staticmethod
-    def create(hardware: str = "vr200", model: str = "deepseek-v4.1-flash",
-               optimizations: str | Optimizations = "rubin-optimized", block_tokens: int = 64) -> TimingModel:
-        opts = optimizations if isinstance(optimizations, Optimizations) else parse_optimizations(optimizations)
+    def create(
+        hardware: str = "vr200",
+        model: str = "deepseek-v4.1-flash",
+        optimizations: str | Optimizations = "rubin-optimized",
+        block_tokens: int = 64,
+    ) -> TimingModel:
+        opts = (
+            optimizations
+            if isinstance(optimizations, Optimizations)
+            else parse_optimizations(optimizations)
+        )
         return TimingModel(load_hardware(hardware), load_model(model), opts, block_tokens)
 
     @staticmethod
     def from_section(section) -> TimingModel:
         """From rackserve.config.TimingSection (hardware, model, optimizations, target_block_tokens)."""
-        return TimingModel.create(section.hardware, section.model, section.optimizations, section.target_block_tokens)
+        return TimingModel.create(
+            section.hardware, section.model, section.optimizations, section.target_block_tokens
+        )
 
     def with_hardware(self, hardware: HardwareSpec) -> TimingModel:
         return TimingModel(hardware, self.model, self.optimizations, self.block_tokens)
 
     def with_optimizations(self, optimizations: str | Optimizations) -> TimingModel:
-        opts = optimizations if isinstance(optimizations, Optimizations) else parse_optimizations(optimizations)
+        opts = (
+            optimizations
+            if isinstance(optimizations, Optimizations)
+            else parse_optimizations(optimizations)
+        )
         return TimingModel(self.hardware, self.model, opts, self.block_tokens)
 
     def layout(self, name: str, ranks: int | None = None) -> Layout:
@@ -81,5 +100,7 @@ class TimingModel:
         """Cheap scalar for the router: one prompt's prefill alone on one DP rank of `layout`."""
         if new_tokens <= 0:
             return 0.0
-        ranks = [RankBatch.of([new_tokens], [cached_tokens])] + [RankBatch.of([]) for _ in range(layout.dp - 1)]
+        ranks = [RankBatch.of([new_tokens], [cached_tokens])] + [
+            RankBatch.of([]) for _ in range(layout.dp - 1)
+        ]
         return self.step_time("prefill", layout, StepBatch(tuple(ranks))).total_s

@@ -1,0 +1,265 @@
+"""Invariants of the step cost (not snapshots): monotonicity, bounds, lockstep, memory domains,
+optimization switches, hardware ratios, collective form."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rackserve.timing import SWITCHES, RankBatch, StepBatch, TimingModel
+from rackserve.timing.comm import allreduce_time
+from rackserve.timing.optimizations import PRESETS
+
+from .conftest import decode_step, prefill_step, scenarios
+
+
+def test_time_grows_with_tokens_and_context(vr200):
+    dep2, wide = vr200.layout("dep2"), vr200.layout("wide-ep", ranks=8)
+    pre = [
+        vr200.step_time("prefill", dep2, prefill_step(2, n, 4096)).total_s
+        for n in (256, 1024, 4096, 16384)
+    ]
+    assert all(a < b for a, b in zip(pre, pre[1:], strict=False))
+    ctx = [
+        vr200.step_time("prefill", dep2, prefill_step(2, 2048, c)).total_s
+        for c in (0, 8192, 65536, 262144)
+    ]
+    assert all(a < b for a, b in zip(ctx, ctx[1:], strict=False))
+    dec = [
+        vr200.step_time("decode", wide, decode_step(8, 32, c)).total_s
+        for c in (1024, 16384, 131072)
+    ]
+    assert all(a < b for a, b in zip(dec, dec[1:], strict=False))
+    bat = [
+        vr200.step_time("decode", wide, decode_step(8, b, 8192)).total_s for b in (1, 16, 128, 512)
+    ]
+    assert all(a < b for a, b in zip(bat, bat[1:], strict=False))
+
+
+def test_decode_small_batch_memory_bound_prefill_large_compute_bound(vr200):
+    dec = vr200.step_time("decode", vr200.layout("wide-ep", ranks=8), decode_step(8, 4, 8192))
+    assert dec.bound["moe_gemm"] == "memory" and dec.bound["attn_proj"] == "memory"
+    rank = RankBatch.of([8192] * 8, [0] * 8)  # 64k prompt tokens per rank in 8 prompts
+    pre = vr200.step_time("prefill", vr200.layout("dep2"), StepBatch((rank, rank)))
+    assert pre.bound["moe_gemm"] == "compute" and pre.bound["attention"] == "compute"
+    compute = sum(v for k, v in pre.breakdown.items() if pre.bound[k] == "compute")
+    assert compute > 0.5 * pre.total_s
+    memory = sum(v for k, v in dec.breakdown.items() if dec.bound[k] == "memory")
+    assert memory > 0.5 * dec.total_s
+
+
+def test_breakdown_sums_to_total_and_busy_never_exceeds_it(vr200):
+    for label, phase, lay, batch in scenarios(vr200):
+        cost = vr200.step_time(phase, lay, batch)
+        assert cost.total_s == pytest.approx(sum(cost.breakdown.values())), label
+        assert len(cost.rank_busy_s) == lay.dp
+        assert all(0 < b <= cost.total_s * (1 + 1e-12) for b in cost.rank_busy_s), label
+
+
+def test_busier_ep_rank_slows_the_whole_step(vr200):
+    wide = vr200.layout("wide-ep", ranks=8)
+    batch = decode_step(8, 64, 8192)
+    total = 8 * 64 * 6
+    even = np.full(384, total / 384)
+    skew = even.copy()
+    skew[:48] *= 1.5  # the experts of rank 0 get 50% more tokens ...
+    skew[48:] -= (skew[:48].sum() - even[:48].sum()) / 336  # ... same total
+    t_even = vr200.step_time("decode", wide, StepBatch(batch.ranks, even))
+    t_skew = vr200.step_time("decode", wide, StepBatch(batch.ranks, skew))
+    assert t_skew.total_s > t_even.total_s
+    assert t_skew.breakdown["moe_gemm"] > t_even.breakdown["moe_gemm"]
+    assert t_skew.rank_busy_s[0] > t_skew.rank_busy_s[1]  # rank 0 holds the hot experts
+    # the other ranks now idle longer
+    assert t_skew.rank_idle_s(1) > t_even.rank_idle_s(1)
+
+
+def test_busier_dp_rank_sets_the_attention_time_and_others_idle(vr200):
+    wide = vr200.layout("wide-ep", ranks=4)
+    light = RankBatch.of([1] * 8, [4096] * 8)
+    heavy = RankBatch.of([1] * 8, [131072] * 8)
+    base = vr200.step_time("decode", wide, StepBatch((light,) * 4))
+    one_heavy = vr200.step_time("decode", wide, StepBatch((heavy, light, light, light)))
+    assert one_heavy.total_s > base.total_s
+    busy = one_heavy.rank_busy_s
+    assert busy[0] > busy[1] == pytest.approx(busy[2]) == pytest.approx(busy[3])
+    assert (
+        one_heavy.rank_idle_s(1) > one_heavy.rank_idle_s(0) > 0
+    )  # expert-load spread: nobody is the busiest EP rank
+
+
+def _with_remote_factor(tm: TimingModel, factor: float) -> TimingModel:
+    return tm.with_hardware(tm.hardware.model_copy(update={"remote_domain_bw_factor": factor}))
+
+
+def test_halving_remote_bandwidth_slows_only_remote_readers():
+    base = TimingModel.create("vr200", optimizations="baseline")
+    wide = base.layout("wide-ep", ranks=8)
+    batch = decode_step(8, 32, 32768)
+    slow = _with_remote_factor(base, 0.25)
+    assert (
+        slow.step_time("decode", wide, batch).total_s
+        > base.step_time("decode", wide, batch).total_s
+    )
+    # single-domain GPU: no remote reads, no change
+    h200 = TimingModel.create("h200", optimizations="baseline")
+    assert _with_remote_factor(h200, 0.5).step_time("decode", wide, batch).total_s == pytest.approx(
+        h200.step_time("decode", wide, batch).total_s
+    )
+    # domain-local data (MoE weights, LM head, mHC residual) is untouched; interleaved data slows
+    opt = TimingModel.create("vr200", optimizations="rubin-optimized")
+    a, b = (
+        opt.step_time("decode", wide, batch),
+        _with_remote_factor(opt, 0.25).step_time("decode", wide, batch),
+    )
+    for local in ("moe_gemm", "lm_head", "mhc"):
+        assert b.breakdown[local] == pytest.approx(a.breakdown[local])
+    assert (
+        b.breakdown["attention"] > a.breakdown["attention"]
+        and b.breakdown["attn_proj"] > a.breakdown["attn_proj"]
+    )
+
+
+# Components each switch may change (engram exposure follows the layers before it, so any speed-up
+# may expose more of its prefetch: it is checked through the total only).
+AFFECTS = {
+    "domain-local": {"moe_gemm", "lm_head", "mhc", "dispatch_combine", "shared_expert"},
+    "megamoe-tiles": {"moe_gemm"},
+    "megagate": {"gate"},
+    "fp8xfp4-k64": {"moe_gemm"},
+    "fp4-indexer": {"indexer"},
+    "attn-overlap": {"attention"},
+    "split-k": {"attn_proj", "gate", "shared_expert", "lm_head"},
+    "sentinel-combine": {"dispatch_combine"},
+    "tp8-packed-fp4": {"moe_gemm", "shared_expert"},
+    "shared-in-routed": {"shared_expert"},
+    "fused-ar-mhc": {"mhc"},
+    "kv-gather-ahead": {"attention"},
+}
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+def test_each_switch_never_slower_and_changes_only_its_components(switch):
+    assert set(AFFECTS) == set(SWITCHES)
+    off = TimingModel.create("vr200", optimizations="baseline")
+    on = off.with_optimizations(f"baseline,+{switch}")
+    changed_somewhere = False
+    for label, phase, lay, batch in scenarios(off):
+        a, b = off.step_time(phase, lay, batch), on.step_time(phase, lay, batch)
+        assert b.total_s <= a.total_s * (1 + 1e-12), label
+        for comp, t_off in a.breakdown.items():
+            if comp == "engram":
+                continue
+            t_on = b.breakdown[comp]
+            assert t_on <= t_off * (1 + 1e-12), (label, comp)
+            if not np.isclose(t_on, t_off, rtol=1e-12, atol=0):
+                assert comp in AFFECTS[switch], (label, comp)
+                changed_somewhere = True
+    assert changed_somewhere, f"{switch} changed nothing in any scenario"
+
+
+def test_rubin_optimized_preset_is_all_switches():
+    assert PRESETS["rubin-optimized"].enabled() == list(SWITCHES)
+    assert PRESETS["baseline"].enabled() == []
+
+
+@pytest.mark.parametrize("preset", ["baseline", "rubin-optimized"])
+def test_vr200_beats_gb300_on_every_op_within_the_peak_ratio(preset):
+    vr = TimingModel.create("vr200", optimizations=preset)
+    gb = TimingModel.create("gb300", optimizations=preset)
+    h_vr, h_gb = vr.hardware, gb.hardware
+    ratios = [h_vr.peak(d) / h_gb.peak(d) for d in ("fp4", "fp8", "bf16")]
+    ratios += [
+        h_vr.hbm_bw_bytes_per_s / h_gb.hbm_bw_bytes_per_s,
+        h_vr.nvlink_bw_bytes_per_s / h_gb.nvlink_bw_bytes_per_s,
+    ]
+    limit = max(ratios)
+    for label, phase, lay, batch in scenarios(vr):
+        a, b = vr.step_time(phase, lay, batch), gb.step_time(phase, lay, batch)
+        assert a.total_s < b.total_s, label
+        for comp, t_vr in a.breakdown.items():
+            if comp in ("engram", "kv_transfer") or t_vr == 0:
+                continue
+            ratio = b.breakdown[comp] / t_vr
+            assert 1.0 - 1e-9 <= ratio <= limit * (1 + 1e-9), (label, comp, ratio)
+
+
+def test_tp8_all_reduce_is_alpha_plus_bytes_over_bandwidth(vr200):
+    tp8 = vr200.layout("tp8")
+    hw = vr200.hardware
+    layers = vr200.model.layers
+    per_token = (
+        2
+        * layers
+        * 2
+        * (7 / 8)
+        * vr200.model.hidden
+        * 2
+        / (hw.nvlink_bw_bytes_per_s * hw.efficiency.nvlink)
+    )
+    alpha = 2 * layers * (hw.allreduce_latency_s + hw.cross_tray_latency_s)
+    for b in (1, 4, 32, 256):
+        got = vr200.step_time("decode", tp8, decode_step(1, b, 4096)).breakdown["all_reduce"]
+        assert got == pytest.approx(alpha + b * per_token)
+    assert allreduce_time(hw, 0, 8, 2) == 0.0 and allreduce_time(hw, 1e6, 1) == 0.0
+    assert allreduce_time(hw, 1e6, 8, 2) - allreduce_time(hw, 1e6, 8, 1) == pytest.approx(
+        hw.cross_tray_latency_s
+    )
+
+
+def test_kv_and_pd_transfer(vr200):
+    hbm = [vr200.kv_transfer_s(n, "pool_hbm") for n in (64, 4096, 65536)]
+    dram = [vr200.kv_transfer_s(n, "pool_dram") for n in (64, 4096, 65536)]
+    assert all(a < b for a, b in zip(hbm, hbm[1:], strict=False)) and all(
+        d > h for d, h in zip(dram, hbm, strict=False)
+    )
+    bytes_ = 65536 * vr200.model.kv_bytes_per_token
+    hw = vr200.hardware
+    assert hbm[2] == pytest.approx(
+        hw.nvlink_latency_s + bytes_ / (hw.nvlink_bw_bytes_per_s * hw.efficiency.nvlink)
+    )
+    assert vr200.kv_transfer_s(0, "pool_dram") == 0.0
+    with pytest.raises(ValueError, match="tier"):
+        vr200.kv_transfer_s(10, "disk")
+    assert 0 < vr200.pd_transfer_s(1024) < vr200.pd_transfer_s(65536)
+    # pooled KV shows up in the step's breakdown
+    dep2 = vr200.layout("dep2")
+    rb = RankBatch.of([512], [8192], pool_dram_tokens=8192)
+    cost = vr200.step_time("prefill", dep2, StepBatch((rb, RankBatch.of([512], [8192]))))
+    assert cost.breakdown["kv_transfer"] == pytest.approx(vr200.kv_transfer_s(8192, "pool_dram"))
+
+
+def test_prefill_estimate_rewards_cache_hits(vr200):
+    dep2 = vr200.layout("dep2")
+    cold = vr200.prefill_estimate_s(dep2, 8192, 0)
+    warm = vr200.prefill_estimate_s(dep2, 1024, 7168)
+    assert 0 < warm < cold
+    assert vr200.prefill_estimate_s(dep2, 0, 100) == 0.0
+    assert vr200.prefill_estimate_s(dep2, 2048, 0) < vr200.prefill_estimate_s(dep2, 4096, 0)
+
+
+def test_bad_inputs_name_the_field(vr200):
+    with pytest.raises(ValueError, match="ranks"):
+        vr200.step_time("decode", vr200.layout("dep2"), decode_step(3, 1, 10))
+    with pytest.raises(ValueError, match="phase"):
+        vr200.step_time("train", vr200.layout("dep2"), decode_step(2, 1, 10))
+    with pytest.raises(ValueError, match="expert_tokens"):
+        vr200.step_time(
+            "decode", vr200.layout("dep2"), StepBatch(decode_step(2, 1, 10).ranks, np.ones(10))
+        )
+
+
+def test_idle_step_costs_nothing(vr200):
+    cost = vr200.step_time(
+        "decode", vr200.layout("dep2"), StepBatch((RankBatch.of([]), RankBatch.of([])))
+    )
+    assert cost.total_s == 0.0 and cost.rank_busy_s == (0.0, 0.0)
+
+
+def test_deepseek_v3_runs_with_its_dense_layers():
+    tm = TimingModel.create("gb300", "deepseek-v3", "baseline")
+    cost = tm.step_time("decode", tm.layout("wide-ep", ranks=8), decode_step(8, 16, 4096))
+    assert (
+        cost.breakdown["dense_mlp"] > 0
+        and "mhc" not in cost.breakdown
+        and "indexer" not in cost.breakdown
+    )
