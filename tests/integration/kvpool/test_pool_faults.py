@@ -11,10 +11,13 @@ import numpy as np
 import pytest
 import redis
 
+from rackserve.kv.pool_tiers import PoolLimits
 from services import kvevents
 from services._proto import kvpool_pb2 as pb
 from services._proto import kvpool_pb2_grpc as pb_grpc
 from services.kvpool.client import PoolClient
+from services.kvpool.keys import block_key
+from services.kvpool.server import PoolOptions, PoolServer
 from services.kvpool.spawn import PoolProcess
 
 pytestmark = pytest.mark.integration
@@ -89,3 +92,23 @@ def test_entry_point_serves_grpc_and_metrics(redis_server):
         text = urllib.request.urlopen(f"http://{pool.metrics_address}/metrics", timeout=5).read().decode()
         assert 'rackserve_pool_blocks{tier="pool_hbm"} 2.0' in text.splitlines()
         assert pool.stop() == 0  # SIGTERM: a clean exit
+
+
+def test_restarted_pool_drops_leftovers_and_announces_cleared(redis_server, redis_client):
+    tag = uuid.uuid4().hex[:8]
+    opts = PoolOptions(redis_server, key_prefix=f"test:{tag}:kv:", event_stream=f"test:{tag}:ev")
+    first = PoolServer(PoolLimits(1 << 30, 1 << 30, 1 << 30), opts).start()
+    with PoolClient(first.address) as client:
+        assert client.put([1, 2, 3], [b"a", b"b", b"c"]).ok
+    first.stop(0)
+    assert redis_client.exists(*(block_key(opts.key_prefix, h) for h in (1, 2, 3))) == 3
+    second = PoolServer(PoolLimits(1 << 30, 1 << 30, 1 << 30), opts).start()
+    try:
+        second.store.flush()
+        assert redis_client.exists(*(block_key(opts.key_prefix, h) for h in (1, 2, 3))) == 0
+        reader = kvevents.KVEventReader(redis_client, stream=opts.event_stream)
+        events = reader.read_batch()
+        restart = [(e.kind, e.seq) for e in events][-2:]
+        assert restart == [("cleared", 1), ("cleared", 2)] and not reader.gaps  # seq 1 again = restart
+    finally:
+        second.stop(0)
