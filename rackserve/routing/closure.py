@@ -4,14 +4,19 @@ A set is prefix-closed when each member's whole chain up to the root is in it. T
 request's chain, membership is true up to some block and false after it, so the first miss can be
 found by binary search instead of a block-by-block walk. The tracker counts "orphans" (members
 whose parent is not a member) under adds and removes; zero orphans means prefix-closed.
+
+The count is a function of the set alone, so a batch is accounted in one go, in any order:
+adding S to X changes it by  #{s in S: parent(s) not in X+S} - #{x in X: parent(x) in S};
+removing S from X by  #{x in X-S: parent(x) in S} - #{s in S: parent(s) not in X}.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-UNKNOWN_PARENT = -1  # parent of a block known only from a snapshot
-# Block hashes are unsigned 64-bit ints, never negative, so -1 cannot collide with a real parent.
+# Parent of a block known only from a snapshot. Block hashes are unsigned 64-bit ints, never
+# negative, so -1 cannot collide with a real parent.
+UNKNOWN_PARENT = -1
 
 
 class PrefixClosure:
@@ -23,30 +28,46 @@ class PrefixClosure:
         self.kids: dict[int, int] = {}  # parent hash -> members whose parent it is
         self.orphans = 0
 
-    def added(self, block: int, parent: int | None, member: Callable[[int], bool]) -> int:
-        """Call after `block` joined the set; returns the change in orphans."""
-        delta = -self.kids.get(block, 0)  # its member children were orphans until now
-        if parent == UNKNOWN_PARENT:
-            delta += 1
-        elif parent is not None:
-            self.kids[parent] = self.kids.get(parent, 0) + 1
-            if not member(parent):
-                delta += 1
+    def added_many(
+        self, blocks: Sequence[int], parents: Sequence[int | None], member: Callable[[int], bool]
+    ) -> int:
+        """Call after `blocks` (new members, with their parents) joined the set; returns the
+        change in orphans."""
+        kids = self.kids
+        delta = -sum(kids.get(b, 0) for b in blocks)  # old members whose parent just arrived
+        for p in parents:
+            if p is not None and p != UNKNOWN_PARENT:
+                kids[p] = kids.get(p, 0) + 1
+        delta += sum(1 for p in parents if p is not None and (p == UNKNOWN_PARENT or not member(p)))
         self.orphans += delta
         return delta
 
-    def removed(self, block: int, parent: int | None, member: Callable[[int], bool]) -> int:
-        """Call after `block` left the set (with the parent it was added with)."""
-        delta = self.kids.get(block, 0)  # its member children become orphans
-        if parent == UNKNOWN_PARENT:
-            delta -= 1
-        elif parent is not None:
-            left = self.kids[parent] - 1
-            if left:
-                self.kids[parent] = left
-            else:
-                del self.kids[parent]
-            if not member(parent):
-                delta -= 1
+    def removed_many(
+        self, blocks: Sequence[int], parents: Sequence[int | None], member: Callable[[int], bool]
+    ) -> int:
+        """Call after `blocks` (former members, with the parents they were added with) left the
+        set; returns the change in orphans."""
+        kids = self.kids
+        gone = set(blocks)
+        # Orphans among the removed, judged against the set before removal (now + gone).
+        delta = -sum(
+            1
+            for p in parents
+            if p is not None and (p == UNKNOWN_PARENT or (p not in gone and not member(p)))
+        )
+        for p in parents:
+            if p is not None and p != UNKNOWN_PARENT:
+                left = kids[p] - 1
+                if left:
+                    kids[p] = left
+                else:
+                    del kids[p]
+        delta += sum(kids.get(b, 0) for b in blocks)  # remaining members that lost their parent
         self.orphans += delta
         return delta
+
+    def added(self, block: int, parent: int | None, member: Callable[[int], bool]) -> int:
+        return self.added_many((block,), (parent,), member)
+
+    def removed(self, block: int, parent: int | None, member: Callable[[int], bool]) -> int:
+        return self.removed_many((block,), (parent,), member)

@@ -287,49 +287,70 @@ class PrefixIndex:
 
     def _store(self, bit: int, hashes: Sequence[int], parents: Sequence[int | None]) -> None:
         content, flag, closure = self._contents[bit], 1 << bit, self._closures[bit]
-        table = self._rank if closure is not None else self._pool_mask
-        for h, p in zip(hashes, parents, strict=True):
-            if h in content:
-                continue
-            content.add(h)
-            old = table.get(h, 0)
-            table[h] = old | flag
-            parent = self._parent.setdefault(h, p)
-            if closure is not None:
-                self._orphans += closure.added(h, parent, content.__contains__)
-            else:
-                self._pool_changed(h, parent, old, old | flag)
+        new = [(h, p) for h, p in zip(hashes, parents, strict=True) if h not in content]
+        if not new:
+            return
+        blocks = [h for h, _ in new]
+        content.update(blocks)
+        setparent = self._parent.setdefault
+        parents_kept = [setparent(h, p) for h, p in new]  # the first-known parent stays
+        if closure is not None:
+            table = self._rank
+            for h in blocks:
+                table[h] = table.get(h, 0) | flag
+            self._orphans += closure.added_many(blocks, parents_kept, content.__contains__)
+            return
+        self._pool_update(blocks, parents_kept, flag, add=True)
 
     def _remove(self, bit: int, hashes: Iterable[int]) -> None:
         content, flag, closure = self._contents[bit], 1 << bit, self._closures[bit]
-        table = self._rank if closure is not None else self._pool_mask
-        for h in hashes:
-            if h not in content:
-                continue
-            content.discard(h)
-            old = table[h]
-            if old & ~flag:
-                table[h] = old & ~flag
-            else:
-                del table[h]
-            parent = self._parent[h]
-            if closure is not None:
-                self._orphans += closure.removed(h, parent, content.__contains__)
-            else:
-                self._pool_changed(h, parent, old, old & ~flag)
-            if h not in self._rank and h not in self._pool_mask:
-                del self._parent[h]
+        blocks = [h for h in hashes if h in content]
+        if not blocks:
+            return
+        content.difference_update(blocks)
+        parents = [self._parent[h] for h in blocks]
+        if closure is not None:
+            table = self._rank
+            for h in blocks:
+                left = table[h] & ~flag
+                if left:
+                    table[h] = left
+                else:
+                    del table[h]
+            self._orphans += closure.removed_many(blocks, parents, content.__contains__)
+        else:
+            self._pool_update(blocks, parents, flag, add=False)
+        rank, pool, parent_of = self._rank, self._pool_mask, self._parent
+        for h in blocks:
+            if h not in rank and h not in pool:
+                del parent_of[h]
 
-    def _pool_changed(self, h: int, parent: int | None, old: int, new: int) -> None:
-        """Keep the pool unions' closures and the trusted tier flags in step with one block."""
-        hbm = self._pool_bits["pool_hbm"]
-        if not old or not new:
-            step = self._pool_any.added if new else self._pool_any.removed
-            self._orphans += step(h, parent, self._pool_mask.__contains__)
-        if bool(old & hbm) != bool(new & hbm):
-            step = self._pool_hbm.added if new & hbm else self._pool_hbm.removed
-            self._orphans += step(h, parent, self._in_pool_hbm)
-        self._refresh_pool(h)
+    def _pool_update(
+        self, blocks: list[int], parents: list[int | None], flag: int, add: bool
+    ) -> None:
+        """Set or clear one pool holder's bit on `blocks`; keep the pool unions' closures and
+        the trusted tier flags in step."""
+        mask, hbm = self._pool_mask, self._pool_bits["pool_hbm"]
+        any_changed: tuple[list[int], list[int | None]] = ([], [])
+        hbm_changed: tuple[list[int], list[int | None]] = ([], [])
+        for h, p in zip(blocks, parents, strict=True):
+            old = mask.get(h, 0)
+            new = old | flag if add else old & ~flag
+            if new:
+                mask[h] = new
+            else:
+                del mask[h]
+            if not old or not new:
+                any_changed[0].append(h)
+                any_changed[1].append(p)
+            if bool(old & hbm) != bool(new & hbm):
+                hbm_changed[0].append(h)
+                hbm_changed[1].append(p)
+            self._refresh_pool(h)
+        step_any = self._pool_any.added_many if add else self._pool_any.removed_many
+        step_hbm = self._pool_hbm.added_many if add else self._pool_hbm.removed_many
+        self._orphans += step_any(*any_changed, mask.__contains__)
+        self._orphans += step_hbm(*hbm_changed, self._in_pool_hbm)
 
     def _in_pool_hbm(self, h: int) -> bool:
         return bool(self._pool_mask.get(h, 0) & self._pool_bits["pool_hbm"])

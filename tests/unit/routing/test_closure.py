@@ -41,3 +41,23 @@ def test_returned_deltas_sum_to_the_count():
     members.discard(1)
     total += closure.removed(1, PARENT[1], members.__contains__)
     assert total == closure.orphans == 2  # 2 lost its parent
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.sets(st.sampled_from(sorted(PARENT)), max_size=5)), max_size=25
+    )
+)
+def test_batches_in_any_order_match_brute_force(ops):
+    members: set[int] = set()
+    closure = PrefixClosure()
+    for add, batch in ops:
+        batch = sorted(batch - members if add else batch & members, reverse=True)  # children first
+        if add:
+            members.update(batch)
+            closure.added_many(batch, [PARENT[b] for b in batch], members.__contains__)
+        else:
+            members.difference_update(batch)
+            closure.removed_many(batch, [PARENT[b] for b in batch], members.__contains__)
+        assert closure.orphans == _brute(members)
