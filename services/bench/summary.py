@@ -88,7 +88,19 @@ def summarize(
         "rank_idle_pct": rank_idle_pct,
         "output_tok_per_s_per_user": per_user_speeds(ok, time_scale),
     }
+    result |= server_stats(ok)
     return result
+
+
+def server_stats(ok: Sequence[Outcome]) -> dict[str, float]:
+    """The cluster's own simulated latencies (the router's `rackserve` field: cost model time, no
+    pacing lag), as server_<stat>_<ttft|tpot|e2el>_ms; empty when the cluster did not report them."""
+    out: dict[str, float] = {}
+    for key, name in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2el")):
+        values = [o.server[key] for o in ok if key in o.server]
+        if values:
+            out |= {f"server_{k}": v for k, v in _stats(name, values).items()}
+    return out
 
 
 def per_user_speeds(outcomes: Sequence[Outcome], time_scale: float) -> list[float]:
@@ -122,5 +134,11 @@ def format_summary(r: dict) -> str:
         lines.append(f"{f'Median {short} (ms):':<40}{r[f'median_{key}_ms']:<10.2f}")
         for p in PERCENTILES:
             lines.append(f"{f'P{p} {short} (ms):':<40}{r[f'p{p}_{key}_ms']:<10.2f}")
+    if "server_mean_ttft_ms" in r:
+        lines.append("{s:{c}^50}".format(s="Cluster-reported (cost model, no pacing lag)", c="-"))
+        for key, short, _ in LATENCIES:
+            if f"server_mean_{key}_ms" in r:
+                lines.append(f"{f'Mean {short} (ms):':<40}{r[f'server_mean_{key}_ms']:<10.2f}")
+                lines.append(f"{f'P90 {short} (ms):':<40}{r[f'server_p90_{key}_ms']:<10.2f}")
     lines.append("=" * 50)
     return "\n".join(lines)

@@ -100,3 +100,15 @@ def test_rank_idle_share_between_two_scrapes():
     after = m.exposition().decode()
     assert rank_idle_pct(before, after) == pytest.approx(100 * 0.2 / 0.6)
     assert rank_idle_pct(after, after) is None
+
+
+def test_cluster_reported_latencies_are_summarized_separately():
+    a = _outcome(0, 0.0, [0.4, 0.6], 2)
+    a.server = {"ttft_s": 0.1, "tpot_s": 0.01, "e2e_s": 0.11}
+    b = _outcome(1, 0.0, [0.4, 0.6], 2)
+    b.server = {"ttft_s": 0.3, "tpot_s": 0.03, "e2e_s": 0.33}
+    r = summarize([a, b], wall_duration_s=1.0, time_scale=1.0, model_id="m")
+    assert r["server_mean_ttft_ms"] == pytest.approx(200.0)
+    assert r["server_median_tpot_ms"] == pytest.approx(20.0)
+    assert r["server_p90_e2el_ms"] == pytest.approx(1000 * np.percentile([0.11, 0.33], 90))
+    assert "Cluster-reported" in format_summary(r)
