@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -42,6 +43,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--iters", type=int, default=200)
     args = parser.parse_args()
+    load_start = os.getloadavg()[0]  # other work on the machine: the figures are only as quiet as this
     cfg = ModelConfig()
     local = LocalEngramTable(cfg)
     rng = np.random.default_rng(0)
@@ -56,7 +58,8 @@ def main() -> None:
                          "in_process": latency(lambda ids=ids: local.lookup(0, ids), args.iters)})
     result = {"command": f"python bench/engram.py --shards {args.shards} --iters {args.iters}",
               "machine": f"{platform.node()} {platform.processor() or platform.machine()}",
-              "table_rows": cfg.engram_rows, "dim": cfg.engram_dim, "cases": rows}
+              "table_rows": cfg.engram_rows, "dim": cfg.engram_dim, "cases": rows,
+              "load_avg_1m_start_end": [load_start, os.getloadavg()[0]]}
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     RESULT.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{'case':>24} {'rows':>6} {'sharded median ms':>18} {'p99 ms':>8} {'in-process median ms':>21} {'p99 ms':>8}")

