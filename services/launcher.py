@@ -142,6 +142,7 @@ class Cluster:
         child = Child("ray", proc, log_path)
         self.children.append(child)
         wait_port(child, "127.0.0.1", port, deadline)
+        wait_log(child, "Ray runtime started", deadline)  # GCS listens before the node is up
         return f"127.0.0.1:{port}"
 
     def stop(self) -> None:
@@ -168,6 +169,15 @@ def wait_port(child: Child, host: str, port: int, deadline: float) -> None:
         except OSError:
             time.sleep(0.1)
     raise TimeoutError(f"{child.name}: port {port} not open in time (log {child.log_path})")
+
+
+def wait_log(child: Child, marker: str, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        _check_alive(child)
+        if marker in child.log_path.read_text(errors="replace"):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"{child.name}: no {marker!r} in its log in time ({child.log_path})")
 
 
 def wait_http(child: Child, url: str, deadline: float) -> None:

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import os
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from services.instance_loop import InstanceLoop, StepDone
 from services.rank_worker import RankWorker
 from services.topology import InstanceSpec, instances
 
+JOIN_ATTEMPTS = 5
 RANK_CPUS = 0.1  # CPU share reserved per rank actor (the twin's math is small)
 LOCAL_RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
                  "RAY_AUTH_MODE": "disabled"}
@@ -39,8 +41,15 @@ def join_ray(address: str | None) -> None:
     """Join the cluster at `address` (the launcher's head, or a multi-node cluster)."""
     for key, value in LOCAL_RAY_ENV.items():
         os.environ.setdefault(key, value)
-    ray.init(address=address, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {k: os.environ[k] for k in LOCAL_RAY_ENV}})
+    for attempt in range(JOIN_ATTEMPTS):  # a loaded machine may take a while to answer
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     runtime_env={"env_vars": {k: os.environ[k] for k in LOCAL_RAY_ENV}})
+            return
+        except ConnectionError:
+            if attempt == JOIN_ATTEMPTS - 1:
+                raise
+            time.sleep(2.0)
 
 
 def spawn_instance(spec: InstanceSpec, cfg: Config, redis_url: str, pool_addr: str) -> list:

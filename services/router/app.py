@@ -114,7 +114,7 @@ def _install_errors(app: FastAPI) -> None:
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         param = ".".join(loc) or None
         if first.get("type") == "json_invalid":
-            message = "request body is not valid JSON"
+            message, param = "request body is not valid JSON", None
         elif first.get("type") == "extra_forbidden":
             message = f"Unrecognized request argument supplied: {param}"
         else:
