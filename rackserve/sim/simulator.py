@@ -41,6 +41,20 @@ def make_layout(timing: Any, layout: str, gpus: int) -> Any:
     return timing.layout(layout, ranks=gpus) if layout == "wide-ep" else timing.layout(layout)
 
 
+class RouterCost:
+    """The timing model seen through routing's CostModel protocol (layouts named by string there)."""
+
+    def __init__(self, timing: Any) -> None:
+        self.timing = timing
+
+    def prefill_estimate_s(self, layout: Any, new_tokens: int, cached_tokens: int) -> float:
+        lay = self.timing.layout(layout) if isinstance(layout, str) else layout
+        return self.timing.prefill_estimate_s(lay, new_tokens, cached_tokens)
+
+    def kv_transfer_s(self, tokens: int, tier: str) -> float:
+        return self.timing.kv_transfer_s(tokens, tier)
+
+
 class Simulator:
     def __init__(self, scenario: Scenario, timing: Any, policy: str, source: ArrivalSource,
                  progress: Progress | None = None) -> None:
@@ -56,7 +70,7 @@ class Simulator:
         self.queue = EventQueue()
         self.prefill = self._build("prefill", cfg.deployment.prefill)
         self.decode = self._build("decode", cfg.deployment.decode)
-        self.router = Router(make_policy(policy, PolicySettings(cost=timing, seed=cfg.routing.seed)))
+        self.router = Router(make_policy(policy, PolicySettings(cost=RouterCost(timing), seed=cfg.routing.seed)))
         sim = scenario.sim
         block_bytes = sim.kv_bytes_per_token * self.block_tokens
         pool = pool_limits(cfg.pool.hbm_capacity_bytes, cfg.pool.dram_capacity_bytes,
@@ -143,7 +157,7 @@ class Simulator:
         flight = Flight(req, (p_idx, decision.dp_rank), (d_idx, decision.decode_dp_rank), decision.predicted)
         inst = self.prefill[p_idx]
         cached = decision.predicted.total
-        flight.queued_work_s = self.timing.prefill_estimate_s(inst.layout_name, req.prompt_tokens - cached, cached)
+        flight.queued_work_s = self.timing.prefill_estimate_s(inst.layout, req.prompt_tokens - cached, cached)
         seq = Sequence(req.req_id, req.prompt_tokens, req.output_tokens, payload=flight)
         if not inst.ranks[decision.dp_rank].admit(seq):
             self.metrics.rejected += 1

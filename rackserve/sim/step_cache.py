@@ -1,0 +1,115 @@
+"""A memo in front of the timing model: step costs looked up by a quantized batch signature.
+
+The timing model prices a whole StepBatch (~10 ms a call on this machine); a run makes one call per
+step or leap, and the router one per distinct prefix hit. The memo keys a rank's batch by (sequences,
+new tokens, token-weighted mean context, pool tokens), each on a geometric grid of `rel` steps, and
+prices a representative batch of that signature once: equal sequences at the mean context, so an
+attention cost linear in context is kept exactly. bench/sim.py measures the error against the exact
+model on the same run. Decode ranks are summarized together (see `_decode_signature`), so the
+per-rank busy times of a decode step are those of the representative batch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from rackserve.timing.batch import RankBatch, StepBatch, StepCost
+
+EXACT_BELOW = 16  # values this small are kept exact (sequence counts of small batches)
+
+
+class GeometricGrid:
+    def __init__(self, rel: float) -> None:
+        assert rel > 0
+        self._log = math.log1p(rel)
+        self.rel = rel
+
+    def __call__(self, x: float) -> int:
+        if x <= EXACT_BELOW:
+            return int(round(x))
+        return int(round(math.exp(round(math.log(x) / self._log) * self._log)))
+
+
+class CachedTiming:
+    """Same methods as rackserve.timing.TimingModel; step_time and prefill_estimate_s memoized."""
+
+    def __init__(self, timing: Any, rel: float = 0.05) -> None:
+        self.timing = timing
+        self.grid = GeometricGrid(rel)
+        self._steps: dict[tuple, StepCost] = {}
+        self._estimates: dict[tuple, float] = {}
+        self.calls = 0
+        self.misses = 0
+
+    def layout(self, name: str, ranks: int | None = None) -> Any:
+        return self.timing.layout(name, ranks=ranks)
+
+    def pd_transfer_s(self, tokens: int) -> float:
+        return self.timing.pd_transfer_s(tokens)
+
+    def kv_transfer_s(self, tokens: int, tier: str) -> float:
+        return self.timing.kv_transfer_s(tokens, tier)
+
+    def prefill_estimate_s(self, layout: Any, new_tokens: int, cached_tokens: int) -> float:
+        if new_tokens <= 0:
+            return 0.0
+        q_new, q_cached = self.grid(new_tokens), self.grid(cached_tokens)
+        key = (getattr(layout, "key", layout), q_new, q_cached)
+        value = self._estimates.get(key)
+        if value is None:
+            value = self._estimates[key] = self.timing.prefill_estimate_s(layout, q_new, q_cached)
+        return value * new_tokens / q_new
+
+    def step_time(self, phase: str, layout: Any, batch: StepBatch) -> StepCost:
+        self.calls += 1
+        if phase == "decode":
+            sig: tuple = self._decode_signature(batch)
+        else:
+            sig = tuple(self._signature(rb) for rb in batch.ranks)
+        key = (phase, getattr(layout, "key", layout), sig)
+        cost = self._steps.get(key)
+        if cost is None:
+            self.misses += 1
+            rep = _decode_representative(*sig) if phase == "decode" else StepBatch(
+                tuple(_representative(*s) for s in sig))
+            cost = self._steps[key] = self.timing.step_time(phase, layout, rep)
+        return cost
+
+    def _decode_signature(self, batch: StepBatch) -> tuple[int, int, int, int, int]:
+        """Decode ranks are interchangeable in lockstep: (ranks, active ranks, sequences in all,
+        on the busiest rank, mean context), so the memo stays small for wide-EP instances."""
+        counts = [rb.num_seqs for rb in batch.ranks]
+        active = sum(1 for c in counts if c)
+        total = sum(counts)
+        ctx = sum(float(rb.cached_tokens.sum()) for rb in batch.ranks) / total if total else 0.0
+        g = self.grid
+        return (len(counts), active, g(total), g(max(counts)), g(ctx))
+
+    def _signature(self, rb: RankBatch) -> tuple[int, int, int, int, int]:
+        n = rb.num_seqs
+        if n == 0:
+            return (0, 0, 0, 0, 0)
+        total = rb.total_new
+        ctx = float(np.dot(rb.new_tokens, rb.cached_tokens)) / total if total else 0.0
+        g = self.grid
+        return (g(n), g(total), g(ctx), g(rb.pool_hbm_tokens), g(rb.pool_dram_tokens))
+
+
+def _decode_representative(ranks: int, active: int, total: int, busiest: int, ctx: int) -> StepBatch:
+    """The busiest rank first, the other sequences spread evenly over the other active ranks."""
+    busiest = min(busiest, total)
+    rest, others = total - busiest, max(active - 1, 0)
+    counts = [busiest] + [rest // others + (1 if i < rest % others else 0) for i in range(others)] if others else [busiest]
+    counts += [0] * (ranks - len(counts))
+    return StepBatch(tuple(RankBatch.of([1] * c, [ctx] * c) for c in counts))
+
+
+def _representative(n: int, total: int, ctx: int, pool_hbm: int, pool_dram: int) -> RankBatch:
+    if n == 0:
+        return RankBatch.of([])
+    total = max(total, n)
+    news = [total // n + (1 if i < total % n else 0) for i in range(n)]
+    return RankBatch.of(news, [ctx] * n, pool_hbm_tokens=pool_hbm, pool_dram_tokens=pool_dram)
