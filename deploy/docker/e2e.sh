@@ -12,7 +12,7 @@ export DOCKER_HOST=unix://$DOCKER_STATE/docker.sock
 export GRAFANA_ADMIN_PASSWORD=${GRAFANA_ADMIN_PASSWORD:-e2e-unused}
 export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-rackserve-e2e}
 COMPOSE=(docker-compose -f docker-compose.yml -f "$HERE/compose.local.yml")
-SERVICES=(redis ray-head kvpool prefill decode router prometheus)
+SERVICES=(redis ray-head kvpool engram-0 engram-1 prefill decode router prometheus)
 MODEL=${MODEL:-rackserve-moe-small}
 
 t0=$(date +%s%N)
@@ -56,7 +56,7 @@ fi
 step "fetch wheels on the host (pyproject's dependencies at .venv's versions)"
 "$HERE/fetch_wheels.sh" 2>&1 | grep -v '^WARNING: Location' || true
 step "build project image (offline wheels, local base)"
-nice -n 19 docker build -q --build-arg BASE_IMAGE=rackserve-base:bookworm --build-arg OFFLINE_WHEELS=1 \
+nice -n 19 docker build -q --force-rm --build-arg BASE_IMAGE=rackserve-base:bookworm --build-arg OFFLINE_WHEELS=1 \
   -t "${RACKSERVE_IMAGE:-rackserve:latest}" . >/dev/null
 docker images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E '^rackserve' || true
 step "compose up (${SERVICES[*]})"
@@ -73,9 +73,9 @@ echo "$reply"
 python3 -c 'import json,sys; r=json.loads(sys.argv[1]); assert r["choices"][0]["text"] and r["usage"]["completion_tokens"] > 0, r' "$reply"
 step "completion ok"
 
-step "wait for Prometheus to scrape the router"
+step "wait for Prometheus to scrape the router's count of that request"
 for _ in $(seq 1 60); do
-  out=$(prom_query 'up{job="router"} == 1' || true)
+  out=$(prom_query 'sum(rackserve_requests_total{job="router"}) > 0' || true)
   if python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["data"]["result"] else 1)' "$out" 2>/dev/null; then
     echo "$out"; step "Prometheus has scraped the router"; exit 0
   fi
