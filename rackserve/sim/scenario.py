@@ -87,11 +87,15 @@ def scenario_from_dict(data: dict[str, Any], name: str = "scenario") -> Scenario
 
 
 def load_scenario(path: str | Path) -> Scenario:
+    """Load a scenario file; a relative Mooncake trace path is taken from the file's folder."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ValueError(f"{path}: not valid YAML ({exc})") from None
+    workload = data.get("workload") if isinstance(data, dict) else None
+    if isinstance(workload, dict) and isinstance(workload.get("trace"), str):
+        workload["trace"] = str((path.parent / workload["trace"]).resolve())
     try:
         return scenario_from_dict(data, name=path.stem)
     except ValueError as exc:
