@@ -41,15 +41,16 @@ class PoolLimits:
     high_watermark: float = 0.95
     low_watermark: float = 0.85
     lease_s: float = 30.0
+    block_charge_bytes: int = 0  # target bytes of a block whose put names none (0: its actual size)
 
     def __post_init__(self) -> None:
         assert 0 < self.low_watermark < self.high_watermark <= 1, "watermarks out of order"
         assert min(self.hbm_capacity_bytes, self.dram_capacity_bytes) >= 0 and self.budget_bytes > 0
 
     @classmethod
-    def from_config(cls, pool: PoolSection) -> PoolLimits:
+    def from_config(cls, pool: PoolSection, block_charge_bytes: int = 0) -> PoolLimits:
         return cls(pool.hbm_capacity_bytes, pool.dram_capacity_bytes, pool.redis_budget_bytes,
-                   pool.high_watermark, pool.low_watermark, pool.lease_s)
+                   pool.high_watermark, pool.low_watermark, pool.lease_s, block_charge_bytes)
 
     def capacity(self, tier: PoolTier) -> int:
         return self.hbm_capacity_bytes if tier == "pool_hbm" else self.dram_capacity_bytes
@@ -76,15 +77,12 @@ class _Pending:
 
 @dataclass(frozen=True, slots=True)
 class BlockPut:
-    """One block offered to the pool: its hash, actual size and target size (0 = same as size)."""
+    """One block offered to the pool: its hash, actual size and target size (0 = the pool's
+    `block_charge_bytes`, or the actual size when that is 0 too)."""
 
     block_hash: int
     size: int
     target_size: int = 0
-
-    @property
-    def charge(self) -> int:
-        return self.target_size or self.size
 
 
 @dataclass(frozen=True)
@@ -236,13 +234,14 @@ class PoolTiers:
             return "exists", existing
         if put.block_hash in self._pending:
             return "pending", self._pending[put.block_hash].block.tier
-        tier = self._allocate(put.charge, put.size)
+        charge = put.target_size or self.limits.block_charge_bytes or put.size
+        tier = self._allocate(charge, put.size)
         if tier is None:
             self.counters.alloc_failures += 1
             return "no_space", None
-        block = _Block(put.block_hash, put.size, put.charge, owner, tier, now, parent)
+        block = _Block(put.block_hash, put.size, charge, owner, tier, now, parent)
         self._pending[put.block_hash] = _Pending(txn, block, expires_at)
-        self._reserved[tier] += put.charge
+        self._reserved[tier] += charge
         return "reserved", tier
 
     def commit(self, txn: int, now: float) -> tuple[int, ...]:

@@ -14,8 +14,9 @@ import signal
 import sys
 import threading
 
-from rackserve.config import load_config
+from rackserve.config import Config, load_config
 from rackserve.kv.pool_tiers import PoolLimits
+from rackserve.timing.spec import load_model
 from services.kvevents import STREAM
 from services.kvpool.keys import DEFAULT_PREFIX
 from services.kvpool.metrics import serve_metrics
@@ -35,6 +36,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def target_block_bytes(config: Config) -> int:
+    """What one small-model block weighs in the emulated rack: its tokens x the target model's KV
+    bytes per token (timing.model's spec), so tier capacities count target bytes."""
+    return int(config.engine.block_size * load_model(config.timing.model).kv_bytes_per_token)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s kvpool %(levelname)s %(message)s")
@@ -46,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     redis_url = args.redis_url or config.cluster.redis_url
     embedded = None if redis_url else RedisServer().start()
     redis_url = redis_url or embedded.url  # type: ignore[union-attr]
-    server = PoolServer(PoolLimits.from_config(config.pool), PoolOptions(redis_url, args.key_prefix, args.event_stream),
+    limits = PoolLimits.from_config(config.pool, target_block_bytes(config))
+    server = PoolServer(limits, PoolOptions(redis_url, args.key_prefix, args.event_stream),
                         host=args.host, port=args.port).start()
     metrics, metrics_port = serve_metrics(server.servicer, args.metrics_port, args.host)
     stop = threading.Event()

@@ -135,6 +135,13 @@ def test_events_are_numbered_and_carry_chains():
     assert pool.match_prefix([11, 12, 13], 2.0).count == 0 and pool.actual_bytes == 0
 
 
+def test_default_block_charge_applies_when_the_put_names_no_target_size():
+    limits = PoolLimits(10 * BLOCK, 0, 1 << 30, 0.9, 0.5, block_charge_bytes=2 * BLOCK)
+    pool = PoolTiers(limits)
+    pool.commit(pool.reserve([BlockPut(1, size=7), BlockPut(2, size=7, target_size=BLOCK)], "w", 0.0).txn, 0.0)
+    assert pool.usage("pool_hbm").target_bytes == 3 * BLOCK
+
+
 @pytest.mark.parametrize("size", [0, 10 * BLOCK + 1])
 def test_block_that_can_never_fit_fails_cleanly(size):
     pool = make_pool(hbm_blocks=10, dram_blocks=10)
