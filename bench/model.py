@@ -119,7 +119,11 @@ class TorchModel:
                 n = -(-s.end // bs)
                 tables[i, :n] = torch.from_numpy(s.block_table[:n])
             pad = torch.arange(nb * bs)[None, :] >= lengths[:, None]
-            bias = torch.zeros(pad.shape).masked_fill(pad, float("-inf"))[:, None, :]
+            bias = (
+                torch.zeros(pad.shape).masked_fill(pad, float("-inf"))[:, None, :]
+                if pad.any()
+                else None
+            )
         x = self.embed[tokens]
         for li, lw in enumerate(self.layers):
             if lw["engram"] is not None:
@@ -138,7 +142,8 @@ class TorchModel:
             if decode:
                 keys = kk[li][tables].view(len(segs), -1, hd)
                 vals = vv[li][tables].view(len(segs), -1, hd)
-                s = (q @ keys.transpose(1, 2)) * self.scale + bias
+                s = (q * self.scale) @ keys.transpose(1, 2)
+                s = s if bias is None else s + bias
                 att = torch.softmax(s, -1) @ vals
             else:
                 att = self.prefill_attention(kk[li], vv[li], q, segs[0])
@@ -153,15 +158,16 @@ class TorchModel:
         table = torch.from_numpy(seg.block_table[:nb])
         keys, vals = kc[table].view(-1, hd), vc[table].view(-1, hd)
         out = torch.empty_like(q)
+        q = q * self.scale
         for lo in range(0, len(q), QUERY_TILE):
             hi = min(lo + QUERY_TILE, len(q))
-            visible = seg.start + hi
-            s = (q[lo:hi].reshape(-1, hd) @ keys[:visible].T * self.scale).view(
-                hi - lo, heads, visible
-            )
-            qpos = torch.arange(seg.start + lo, seg.start + hi)
-            future = torch.arange(visible)[None, :] > qpos[:, None]
-            s = s + torch.zeros(future.shape).masked_fill(future, float("-inf"))[:, None, :]
+            first, visible = seg.start + lo, seg.start + hi
+            s = (q[lo:hi].reshape(-1, hd) @ keys[:visible].T).view(hi - lo, heads, visible)
+            pos = torch.arange(first, visible)
+            future = pos[None, :] > pos[:, None]  # only the tile's diagonal block, as in numpy
+            s[:, :, first:] += torch.zeros(future.shape).masked_fill(future, float("-inf"))[
+                :, None, :
+            ]
             p = torch.softmax(s, -1).view(-1, visible)
             out[lo:hi] = (p @ vals[:visible]).view(hi - lo, heads, hd)
         return out
