@@ -2,7 +2,8 @@
 concurrency limit, feed completions back to closed-loop sources, stop cleanly on Ctrl-C.
 
 Arrivals are in simulated seconds; a request due at `t` is sent at wall `t * time_scale` after the
-start (all at once when the cluster is unpaced). `duration_s` (simulated) stops new requests.
+start. An unpaced cluster (time_scale 0) has no simulated clock: arrivals are then wall seconds, as
+in `vllm bench serve`. `duration_s` (same clock as arrivals) stops new requests.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Runner:
             raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
         self.workload = workload
         self.send = send
-        self.time_scale = time_scale
+        self.wall_per_sim = time_scale if time_scale > 0 else 1.0  # unpaced: schedule in wall s
         self.duration_s = duration_s
         self.on_done = on_done or (lambda _o: None)
         self.sem = asyncio.Semaphore(concurrency) if concurrency else None
@@ -54,7 +55,7 @@ class Runner:
 
     def sim_now(self, st: _State) -> float:
         elapsed = time.monotonic() - st.t0
-        return elapsed / self.time_scale if self.time_scale > 0 else elapsed
+        return elapsed / self.wall_per_sim
 
     async def run(self) -> RunResult:
         st = _State(time.monotonic())
@@ -85,7 +86,7 @@ class Runner:
         task.add_done_callback(st.tasks.discard)
 
     async def _one(self, st: _State, req: Request) -> None:
-        delay = req.arrival_s * self.time_scale - (time.monotonic() - st.t0)
+        delay = req.arrival_s * self.wall_per_sim - (time.monotonic() - st.t0)
         if delay > 0:
             await asyncio.sleep(delay)
         async with self.sem if self.sem is not None else contextlib.nullcontext():
