@@ -1,0 +1,86 @@
+"""Present simulator results: a rich summary table, JSON, and the two plots (matplotlib Agg)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from rackserve.sim.metrics import SimResult  # noqa: E402
+
+ROWS: tuple[tuple[str, str], ...] = (
+    ("requests completed", "{r.completed} / {r.arrivals}"),
+    ("rejected", "{r.rejected}"),
+    ("throughput / GPU (in+out tok/s)", "{r.throughput_per_gpu:,.0f}"),
+    ("output tok/s / GPU", "{r.output_tps_per_gpu:,.0f}"),
+    ("tok/s/user P50 | P90", "{r.user_tps_p50:,.1f} | {r.user_tps_p90:,.1f}"),
+    ("TTFT P50 | P90 | P99 (ms)", "{ms[0]:,.1f} | {ms[1]:,.1f} | {ms[2]:,.1f}"),
+    ("TPOT P50 | P90 (ms)", "{tp[0]:.2f} | {tp[1]:.2f}"),
+    ("prefix hit rate (predicted)", "{r.hit_rate:.1%} ({r.predicted_hit_rate:.1%})"),
+    ("  rank HBM | pool HBM | pool DRAM", "{h[rank_hbm]:.1%} | {h[pool_hbm]:.1%} | {h[pool_dram]:.1%}"),
+    ("rank idle in steps: prefill | decode", "{r.prefill_idle_frac:.1%} | {r.decode_idle_frac:.1%}"),
+    ("busy: prefill | decode", "{r.prefill_util:.1%} | {r.decode_util:.1%}"),
+    ("pool occupancy HBM | DRAM", "{r.pool_occupancy[pool_hbm]:.1%} | {r.pool_occupancy[pool_dram]:.1%}"),
+    ("evictions rank | pool HBM | pool DRAM", "{e[rank_hbm]} | {e[pool_hbm]} | {e[pool_dram]}"),
+    ("simulated span (s) | wall (s)", "{r.span_s:,.1f} | {r.wall_s:,.2f}"),
+)
+
+
+def summary_table(results: Sequence[SimResult]) -> Table:
+    table = Table(title=f"{results[0].scenario} ({results[0].gpus} GPUs)")
+    table.add_column("metric")
+    for r in results:
+        table.add_column(r.policy, justify="right")
+    for label, fmt in ROWS:
+        cells = []
+        for r in results:
+            ms = (r.ttft_p50_s * 1e3, r.ttft_p90_s * 1e3, r.ttft_p99_s * 1e3)
+            tp = (r.tpot_p50_s * 1e3, r.tpot_p90_s * 1e3)
+            cells.append(fmt.format(r=r, ms=ms, tp=tp, h=r.hit_rate_by_tier, e=r.evictions))
+        table.add_row(label, *cells)
+    return table
+
+
+def write_json(results: Sequence[SimResult], path: Path, extra: dict | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {**(extra or {}), "results": [r.to_dict() for r in results]}
+    path.write_text(json.dumps(payload, indent=2, default=float) + "\n")
+
+
+def plot_ttft_cdf(results: Sequence[SimResult], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in results:
+        xs = np.sort(np.asarray(r.ttft_samples)) * 1e3
+        if len(xs):
+            ax.plot(xs, np.arange(1, len(xs) + 1) / len(xs), label=r.policy)
+    ax.set_xscale("log")
+    ax.set_xlabel("TTFT (ms)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title(f"TTFT CDF: {results[0].scenario}")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_throughput_vs_speed(results: Sequence[SimResult], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in results:
+        ax.scatter([r.user_tps_p50], [r.throughput_per_gpu], label=f"{r.policy} P50")
+        ax.scatter([r.user_tps_p90], [r.throughput_per_gpu], marker="x", label=f"{r.policy} P90")
+    ax.set_xlabel("output tok/s per user")
+    ax.set_ylabel("throughput per GPU (input + output tok/s)")
+    ax.set_title(f"Throughput vs interactivity: {results[0].scenario}")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

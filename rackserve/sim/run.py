@@ -1,0 +1,58 @@
+"""Drive the simulator from a scenario: one run per policy on the same arrivals (same seed)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rackserve.sim.metrics import SimResult
+from rackserve.sim.scenario import Scenario
+from rackserve.sim.simulator import Progress, Simulator
+from rackserve.sim.step_cache import CachedTiming
+from rackserve.timing.timing_model import TimingModel
+from rackserve.workload.build import build_source
+from rackserve.workload.mooncake import read_trace, trace_requests
+from rackserve.workload.request import Request
+from rackserve.workload.source import ArrivalSource, ListSource
+from rackserve.workload.spec import AgentXWorkload, MooncakeWorkload, UniformWorkload
+
+
+def with_trace(scenario: Scenario, trace: str | Path) -> Scenario:
+    """`--trace FILE`: replace the scenario's workload by a Mooncake JSONL trace."""
+    return scenario.with_workload(MooncakeWorkload(kind="mooncake", trace=str(trace)))
+
+
+def with_concurrency(scenario: Scenario, concurrency: int) -> Scenario:
+    """The same closed-loop workload at another concurrency (sweeps)."""
+    wl = scenario.workload
+    if not isinstance(wl, AgentXWorkload | UniformWorkload):
+        raise ValueError(f"concurrency: workload kind {wl.kind!r} is open loop (a trace)")
+    return scenario.with_workload(wl.model_copy(update={"concurrency": concurrency}))
+
+
+def timing_for(scenario: Scenario) -> CachedTiming:
+    return CachedTiming(TimingModel.from_section(scenario.config.timing))
+
+
+def source_factory(scenario: Scenario) -> Callable[[], ArrivalSource]:
+    """Fresh sources with identical arrivals: a trace is read and hashed once and shared."""
+    cfg = scenario.config
+    block, model = cfg.timing.target_block_tokens, cfg.engine.model_id
+    wl = scenario.workload
+    if isinstance(wl, MooncakeWorkload):
+        requests: list[Request] = trace_requests(read_trace(wl.trace, wl.limit), block, model, wl.time_scale)
+        return lambda: ListSource(requests)
+    return lambda: build_source(wl, block, model)
+
+
+def run_policies(scenario: Scenario, policies: Sequence[str], timing: Any | None = None,
+                 progress: Callable[[str], Progress | None] | None = None) -> list[SimResult]:
+    """Simulate `scenario` once per policy on the same arrivals; `progress(policy)` may give a callback."""
+    timing = timing if timing is not None else timing_for(scenario)
+    make_source = source_factory(scenario)
+    results = []
+    for policy in policies:
+        cb = progress(policy) if progress is not None else None
+        results.append(Simulator(scenario, timing, policy, make_source(), cb).run())
+    return results
