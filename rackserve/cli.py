@@ -13,6 +13,10 @@ from rackserve.timing.cli import app as timing_app  # noqa: E402
 
 app.add_typer(timing_app, name="timing")
 
+from rackserve.sim.cli import register as register_sim  # noqa: E402
+
+register_sim(app)
+
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def up(ctx: typer.Context) -> None:
