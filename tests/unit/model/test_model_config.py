@@ -25,7 +25,7 @@ def test_bad_shapes_name_the_field(kwargs, field):
 
 
 def test_weights_are_deterministic_from_the_seed():
-    cfg = ModelConfig(n_layers=2, engram_layers=(0, 1))
+    cfg = ModelConfig(n_layers=2, engram_layers=(0, 1), d_model=64, n_experts=4)
     a, b, c = init_weights(cfg), init_weights(cfg), init_weights(cfg, seed=1)
     assert np.array_equal(a.layers[1].experts_w13, b.layers[1].experts_w13)
     assert not np.array_equal(a.layers[1].experts_w13, c.layers[1].experts_w13)

@@ -23,11 +23,11 @@ def test_top_p_keeps_smallest_set_reaching_mass():
 
 def test_samples_follow_the_distribution_and_are_reproducible():
     params = SamplingParams(temperature=1.0, top_p=0.7)
-    draws = [sample(LOGITS, params, seed=7, position=i) for i in range(4000)]
+    draws = [sample(LOGITS, params, seed=7, position=i) for i in range(1000)]
     assert set(draws) == {0, 1}
-    assert abs(np.mean(np.array(draws) == 0) - 0.625) < 0.03
-    assert draws == [sample(LOGITS, params, seed=7, position=i) for i in range(4000)]
-    assert draws != [sample(LOGITS, params, seed=8, position=i) for i in range(4000)]
+    assert abs(np.mean(np.array(draws) == 0) - 0.625) < 0.06  # 4 standard deviations at n=1000
+    assert draws == [sample(LOGITS, params, seed=7, position=i) for i in range(1000)]
+    assert draws != [sample(LOGITS, params, seed=8, position=i) for i in range(1000)]
 
 
 @pytest.mark.parametrize(
