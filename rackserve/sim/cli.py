@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -39,12 +40,12 @@ def _load(scenario: Path, trace: Path | None, concurrency: int | None, duration:
 
 @run_app.command()
 def simulate(
-    scenario: Path = typer.Argument(..., help="scenario YAML (scenarios/*.yaml)"),
-    policy: str = typer.Option("least-uncached-work", help="comma-separated routing policies, run side by side"),
-    trace: Path | None = typer.Option(None, help="replace the workload with a Mooncake JSONL trace"),
-    out: Path = typer.Option(Path("out/sim"), help="folder for JSON and plots"),
-    concurrency: int | None = typer.Option(None, help="override the closed-loop concurrency"),
-    duration: float | None = typer.Option(None, help="override the workload's duration_s"),
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML (scenarios/*.yaml)")],
+    policy: Annotated[str, typer.Option(help="comma-separated routing policies, run side by side")] = "least-uncached-work",
+    trace: Annotated[Path | None, typer.Option(help="replace the workload with a Mooncake JSONL trace")] = None,
+    out: Annotated[Path, typer.Option(help="folder for JSON and plots")] = Path("out/sim"),
+    concurrency: Annotated[int | None, typer.Option(help="override the closed-loop concurrency")] = None,
+    duration: Annotated[float | None, typer.Option(help="override the workload's duration_s")] = None,
 ) -> None:
     """Simulate SCENARIO once per policy on the same arrivals; print a summary, write JSON + plots."""
     sc = _load(scenario, trace, concurrency, duration)
@@ -75,12 +76,12 @@ def simulate(
 
 @sweep_app.command()
 def sweep(
-    scenarios: list[Path] = typer.Argument(..., help="deployment scenarios (closed-loop workloads)"),
+    scenarios: Annotated[list[Path], typer.Argument(help="deployment scenarios (closed-loop workloads)")],
     concurrency: str = typer.Option("100,400,1600", help="comma-separated concurrencies"),
-    policy: str = typer.Option("least-uncached-work", help="comma-separated routing policies"),
-    duration: float | None = typer.Option(None, help="override each workload's duration_s"),
-    out: Path = typer.Option(Path("out/sim-sweep"), help="folder for JSON and the curve plot"),
-    num_cpus: int = typer.Option(2, help="Ray CPUs (tasks in parallel)"),
+    policy: Annotated[str, typer.Option(help="comma-separated routing policies")] = "least-uncached-work",
+    duration: Annotated[float | None, typer.Option(help="override each workload's duration_s")] = None,
+    out: Annotated[Path, typer.Option(help="folder for JSON and the curve plot")] = Path("out/sim-sweep"),
+    num_cpus: Annotated[int, typer.Option(help="Ray CPUs (tasks in parallel)")] = 2,
 ) -> None:
     """Fan a (scenario x concurrency x policy) grid out as Ray tasks; write the throughput/GPU vs
     tok/s/user curve with its peak."""
