@@ -58,6 +58,7 @@ def build_workload(seed: int, target_entries: int, n_queries: int):
     seqs = {p: EventSequencer(p) for p in ranks}
     pool = EventSequencer(Publisher("pool", 0))
     held: dict = {p: set() for p in ranks}
+    pooled: dict[str, set[int]] = {"pool_hbm": set(), "pool_dram": set()}
     events, sessions, entries = [], [], 0
     while entries < target_entries:
         chain = systems[rng.integers(SYSTEM_PROMPTS)] + []
@@ -66,16 +67,21 @@ def build_workload(seed: int, target_entries: int, n_queries: int):
         start = SYSTEM_BLOCKS
         while start < len(chain):  # turn by turn: each prefill stores its new blocks
             end = min(len(chain), start + int(rng.integers(10, 61)))
-            new = [h for h in chain[:end] if h not in held[home]]
-            parent = None if chain.index(new[0]) == 0 else chain[chain.index(new[0]) - 1]
-            events.append(seqs[home].make("stored", "rank_hbm", tuple(new), parent))
+            first = next(i for i in range(end) if chain[i] not in held[home])
+            new = tuple(chain[first:end])
+            events.append(
+                seqs[home].make("stored", "rank_hbm", new, chain[first - 1] if first else None)
+            )
             held[home].update(new)
             entries += len(new)
             start = end
-        tier = rng.choice(["pool_hbm", "pool_dram", "none"], p=[0.45, 0.40, 0.15])
+        tier = str(rng.choice(["pool_hbm", "pool_dram", "none"], p=[0.45, 0.40, 0.15]))
         if tier != "none":
-            events.append(pool.make("stored", str(tier), tuple(chain), None))
-            entries += len(chain)
+            first = next((i for i, h in enumerate(chain) if h not in pooled[tier]), len(chain))
+            new = tuple(chain[first:])
+            events.append(pool.make("stored", tier, new, chain[first - 1] if first else None))
+            pooled[tier].update(new)
+            entries += len(new)
         if rng.random() < 0.25:  # LRU later evicted this session's own blocks from HBM
             own = tuple(chain[SYSTEM_BLOCKS:])
             events.append(seqs[home].make("removed", "rank_hbm", own))
@@ -121,23 +127,6 @@ def cluster_view(seed: int):
     return ClusterView(prefill + decode)
 
 
-class BenchCost:
-    """Stand-in cost model with the TimingModel's two methods: per-token prefill time on a DEP2
-    rank with an attention term growing with context, and per-token KV transfer per pool tier.
-    (Replace with rackserve.timing.TimingModel once it lands; the policy calls exactly these.)"""
-
-    PREFILL_S_PER_TOKEN = 25e-6
-    ATTN_S_PER_TOKEN_PAIR = 2e-11
-    TRANSFER_S_PER_TOKEN = {"pool_hbm": 0.35e-6, "pool_dram": 1.4e-6}
-
-    def prefill_estimate_s(self, layout: str, new_tokens: int, cached_tokens: int) -> float:
-        ctx = cached_tokens + new_tokens / 2
-        return new_tokens * (self.PREFILL_S_PER_TOKEN + self.ATTN_S_PER_TOKEN_PAIR * ctx)
-
-    def kv_transfer_s(self, tokens: int, tier: str) -> float:
-        return tokens * self.TRANSFER_S_PER_TOKEN[tier]
-
-
 # ---- timing helpers ---------------------------------------------------------------------------
 def _time_each(fn, items, repeats: int = 1) -> list[float]:
     """Microseconds per call of fn(item), each item timed separately, `repeats` passes."""
@@ -162,38 +151,52 @@ def _summary(us: list[float]) -> dict[str, float]:
 
 
 # ---- rackserve side ---------------------------------------------------------------------------
-def run_rackserve(events, queries, seed: int) -> tuple[dict, list]:
-    from rackserve.routing import PolicySettings, PrefixIndex, RequestView, Router, make_policy
+class RackserveSide:
+    """Our index fed the event stream, and the decision callables timed per query."""
 
-    index = PrefixIndex()
-    t0 = time.perf_counter()
-    index.apply_all(events)
-    apply_s = time.perf_counter() - t0
-    cluster = cluster_view(seed)
-    cost = BenchCost()
-    reqs = [RequestView(tuple(q), len(q) * BLOCK - 17, BLOCK) for q in queries]
-    out = {
-        "indexed_entries": len(index),
-        "events": len(events),
-        "apply_s": round(apply_s, 3),
-        "apply_blocks_per_s": round(sum(len(e.block_hashes) for e in events) / apply_s),
-    }
-    _time_each(lambda r: index.match(r.block_hashes, BLOCK, r.prompt_tokens), reqs[:200])  # warm
-    out["match"] = _summary(
-        _time_each(lambda r: index.match(r.block_hashes, BLOCK, r.prompt_tokens), reqs, 3)
-    )
-    for name in ("least-uncached-work", "dynamo-kv"):
-        router = Router(make_policy(name, PolicySettings(cost=cost, seed=seed)), index)
-        _time_each(lambda r, router=router: router.route(r, cluster), reqs[:200])
-        out[f"decision[{name}]"] = _summary(
-            _time_each(lambda r, router=router: router.route(r, cluster), reqs, 3)
-        )
-    hbm = [index.match(r.block_hashes, BLOCK, r.prompt_tokens) for r in reqs]
-    scores = [
-        {f"{k[0]}/{k[1]}": v for k, v in m.rank_blocks.items()} | {"pool": sum(m.pool_runs[0])}
-        for m in hbm
-    ]
-    return out, scores
+    def __init__(self, events, queries, seed: int) -> None:
+        from rackserve.routing import PolicySettings, PrefixIndex, RequestView, Router, make_policy
+        from rackserve.routing.timing_cost import TimingCost
+        from rackserve.timing import TimingModel
+
+        self.index = PrefixIndex()
+        t0 = time.perf_counter()
+        self.index.apply_all(events)
+        self.apply_s = time.perf_counter() - t0
+        self.cluster = cluster_view(seed)
+        t0 = time.perf_counter()
+        cost = TimingCost(TimingModel.create())
+        cost.prefill_estimate_s("dep2", 1, 0)  # build the dep2 table outside the timed region
+        self.table_build_s = time.perf_counter() - t0
+        self.reqs = [RequestView(tuple(q), len(q) * BLOCK - 17, BLOCK) for q in queries]
+        self.routers = {
+            name: Router(make_policy(name, PolicySettings(cost=cost, seed=seed)), self.index)
+            for name in ("least-uncached-work", "dynamo-kv")
+        }
+        self.blocks = sum(len(e.block_hashes) for e in events)
+
+    def timed(self) -> dict[str, callable]:
+        idx, cl = self.index, self.cluster
+        out = {"match": lambda r: idx.match(r.block_hashes, BLOCK, r.prompt_tokens)}
+        for name, router in self.routers.items():
+            out[f"decision[{name}]"] = lambda r, router=router: router.route(r, cl)
+        return out
+
+    def scores(self) -> list[dict[str, int]]:
+        out = []
+        for r in self.reqs:
+            m = self.index.match(r.block_hashes, BLOCK, r.prompt_tokens)
+            out.append(
+                {f"{k[0]}/{k[1]}": v for k, v in m.rank_blocks.items()}
+                | {"pool": sum(m.pool_runs[0])}
+            )
+        return out
+
+    def view_build_us(self) -> dict[str, float]:
+        from rackserve.routing import ClusterView
+
+        ranks = self.cluster.ranks
+        return _summary(_time_each(lambda _: ClusterView(ranks), range(2000)))
 
 
 # ---- Dynamo side (runs inside .venv-peers) ----------------------------------------------------
@@ -215,45 +218,75 @@ def write_dynamo_input(events, queries, folder: Path) -> dict[str, int]:
 
 
 def dynamo_worker(folder: Path) -> None:
+    """Apply the events, then answer commands on stdin: round | scores | quit (JSON on stdout)."""
     from dynamo.llm import RadixTree
 
     tree = RadixTree()
-    lines = (folder / "events.jsonl").read_text().splitlines()
-    parsed = [(json.loads(line)[0], json.dumps(json.loads(line)[1]).encode()) for line in lines]
+    parsed = []
+    blocks = 0
+    for line in (folder / "events.jsonl").read_text().splitlines():
+        wid, event = json.loads(line)
+        blocks += len(event["data"].get("stored", {}).get("blocks", []))
+        parsed.append((wid, json.dumps(event).encode()))
     t0 = time.perf_counter()
     for wid, body in parsed:
         tree.apply_event(wid, body)
     apply_s = time.perf_counter() - t0
     queries = json.loads((folder / "queries.json").read_text())
-    _time_each(tree.find_matches, queries[:200])
-    lookups = _time_each(tree.find_matches, queries, 3)
-    scores = [{str(w): s for (w, _), s in tree.find_matches(q).scores.items()} for q in queries]
-    blocks = sum(
-        len(json.loads(line)[1]["data"].get("stored", {}).get("blocks", [])) for line in lines
+    _time_each(tree.find_matches, queries[:200])  # warm
+    print(
+        json.dumps({"apply_s": round(apply_s, 3), "apply_blocks_per_s": round(blocks / apply_s)}),
+        flush=True,
     )
-    result = {
-        "apply_s": round(apply_s, 3),
-        "apply_blocks_per_s": round(blocks / apply_s),
-        "find_matches": _summary(lookups),
-        "scores": scores,
-    }
-    (folder / "dynamo.json").write_text(json.dumps(result))
+    for command in sys.stdin:
+        command = command.strip()
+        if command == "round":
+            print(json.dumps(_time_each(tree.find_matches, queries)), flush=True)
+        elif command == "scores":
+            scores = [
+                {str(w): s for (w, _), s in tree.find_matches(q).scores.items()} for q in queries
+            ]
+            print(json.dumps(scores), flush=True)
+        else:
+            return
 
 
-def run_dynamo(events, queries) -> tuple[dict, list, dict[str, int]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        workers = write_dynamo_input(events, queries, folder)
+class DynamoSide:
+    """The Dynamo worker process, driven round by round so both sides see the same machine load."""
+
+    def __init__(self, folder: Path) -> None:
         env = dict(os.environ, PYTHONPATH="")
-        subprocess.run(
-            [str(PEERS_PY), __file__, "--dynamo-worker", tmp], check=True, env=env, cwd=str(ROOT)
+        self.proc = subprocess.Popen(
+            [str(PEERS_PY), __file__, "--dynamo-worker", str(folder)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=str(ROOT),
         )
-        result = json.loads((folder / "dynamo.json").read_text())
-    return result, result.pop("scores"), workers
+        self.ready = json.loads(self._read())
+
+    def _read(self) -> str:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"Dynamo worker exited with {self.proc.wait()}")
+        return line
+
+    def ask(self, command: str):
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self._read())
+
+    def close(self) -> None:
+        self.proc.stdin.write("quit\n")
+        self.proc.stdin.flush()
+        self.proc.wait(timeout=60)
 
 
 def agreement(ours: list, theirs: list, workers: dict[str, int]) -> float:
-    """Share of queries where every rank's HBM prefix and the pool prefix agree with Dynamo's."""
+    """Share of queries where every rank's HBM prefix agrees with Dynamo's, and our pool prefix
+    from block 0 equals the longest of Dynamo's two pool-tier workers or extends it (a chain
+    split across the two tiers is one pool run for us, two partial runs for Dynamo)."""
     name_of = {str(w): n for n, w in workers.items()}
     same = 0
     for mine, dyn in zip(ours, theirs, strict=True):
@@ -268,6 +301,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--entries", type=int, default=1_000_000)
     ap.add_argument("--queries", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per side")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=RESULT)
     ap.add_argument("--dynamo-worker", type=Path, help=argparse.SUPPRESS)
@@ -278,23 +312,50 @@ def main() -> None:
     t0 = time.perf_counter()
     events, queries = build_workload(args.seed, args.entries, args.queries)
     gen_s = time.perf_counter() - t0
-    ours, our_scores = run_rackserve(events, queries, args.seed)
-    dyn, dyn_scores, workers = run_dynamo(events, queries)
+    with tempfile.TemporaryDirectory() as tmp:
+        workers = write_dynamo_input(events, queries, Path(tmp))
+        dynamo = DynamoSide(Path(tmp))  # applies its events before ours start: no overlap
+        ours = RackserveSide(events, queries, args.seed)
+        timed = ours.timed()
+        for fn in timed.values():
+            _time_each(fn, ours.reqs[:200])  # warm
+        samples: dict[str, list[float]] = {name: [] for name in [*timed, "dynamo"]}
+        for _ in range(args.rounds):
+            for name, fn in timed.items():
+                samples[name] += _time_each(fn, ours.reqs)
+            samples["dynamo"] += dynamo.ask("round")
+        agree = agreement(ours.scores(), dynamo.ask("scores"), workers)
+        dynamo.close()
     result = {
         "command": "python bench/routing.py " + " ".join(sys.argv[1:]),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "loadavg_at_end": [round(x, 1) for x in os.getloadavg()],
+        },
         "workload": {
             "prefill_ranks": INSTANCES * 2,
             "block_tokens": BLOCK,
+            "indexed_entries": len(ours.index),
+            "events": len(events),
             "queries": len(queries),
             "mean_query_blocks": round(sum(map(len, queries)) / len(queries), 1),
             "generate_s": round(gen_s, 1),
             "seed": args.seed,
         },
-        "rackserve": ours,
-        "dynamo_radix_tree": dyn,
-        "agreement_with_dynamo": agreement(our_scores, dyn_scores, workers),
+        "rackserve": {
+            "apply_s": round(ours.apply_s, 3),
+            "apply_blocks_per_s": round(ours.blocks / ours.apply_s),
+            "lookup_path": "binary search (prefix-closed)"
+            if ours.index.prefix_closed
+            else "exact walk",
+            "cost_model": "TimingCost(TimingModel.create()) vr200 / deepseek-v4.1-flash, dep2 table",
+            "cost_table_build_s": round(ours.table_build_s, 2),
+            "cluster_view_build": ours.view_build_us(),
+            **{name: _summary(samples[name]) for name in timed},
+        },
+        "dynamo_radix_tree": {**dynamo.ready, "find_matches": _summary(samples["dynamo"])},
+        "agreement_with_dynamo": agree,
         "goal_median_us": GOAL_MEDIAN_US,
-        "cost_model": "bench stand-in (BenchCost)",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
@@ -304,7 +365,7 @@ def main() -> None:
 def print_table(r: dict) -> None:
     d = r["dynamo_radix_tree"]["find_matches"]
     print(
-        f"{r['rackserve']['indexed_entries']:,} indexed blocks, {r['workload']['prefill_ranks']} ranks, "
+        f"{r['workload']['indexed_entries']:,} indexed blocks, {r['workload']['prefill_ranks']} ranks, "
         f"{r['workload']['queries']} queries of {r['workload']['mean_query_blocks']} blocks on average"
     )
     print(f"{'what':40} {'median us':>10} {'p99 us':>10} {'Dynamo/this (median)':>22}")
@@ -315,6 +376,7 @@ def print_table(r: dict) -> None:
         print(
             f"{name:40} {s['median_us']:>10.1f} {s['p99_us']:>10.1f} {d['median_us'] / s['median_us']:>21.2f}x"
         )
+    print(f"machine: {r['machine']}; our lookup path: {r['rackserve']['lookup_path']}")
     print(
         f"event apply: rackserve {r['rackserve']['apply_blocks_per_s']:,} blocks/s, "
         f"Dynamo {r['dynamo_radix_tree']['apply_blocks_per_s']:,} blocks/s; "

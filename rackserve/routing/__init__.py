@@ -9,7 +9,8 @@ Entry point for the simulator and the live router:
 
 from rackserve.routing.cost import CostModel
 from rackserve.routing.decode import place_decode
-from rackserve.routing.index import IndexSnapshot, PrefixIndex, PrefixMatch
+from rackserve.routing.index import IndexSnapshot, PrefixIndex
+from rackserve.routing.match import PrefixMatch
 from rackserve.routing.policy import Policy, PolicySettings, make_policy, policy_names, register
 from rackserve.routing.records import DecisionRecord, DecisionRecorder, HitRateStats
 from rackserve.routing.router import Router

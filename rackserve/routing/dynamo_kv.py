@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import random
 
-from rackserve.routing.index import PrefixMatch
+from rackserve.routing.match import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
 from rackserve.routing.view import ClusterView, RankState, RequestView, Scored
 

@@ -16,49 +16,20 @@ number are duplicates and ignored, so replaying a stream rebuilds the identical 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import and_
 
 from rackserve.kv.events import KVEvent, Publisher, Tier
 from rackserve.routing.closure import UNKNOWN_PARENT, PrefixClosure
-from rackserve.routing.view import PrefixHit, RankKey
+from rackserve.routing.match import PrefixMatch
+from rackserve.routing.view import RankKey
 
 _POOL_IN_HBM = 1  # pool flag bits: block is in some trusted spare-HBM pool holder
 _POOL_IN_DRAM = 2  # ... in some trusted DRAM pool holder
 _CHUNK = 32  # blocks looked up per C-level map() call while searching for the first miss
 
 HolderKey = tuple[Publisher, Tier]
-
-
-@dataclass(frozen=True, slots=True)
-class PrefixMatch:
-    """A request's cached prefix per rank: HBM blocks per rank, pool blocks per starting block.
-
-    rank_blocks: leading blocks of the request in each rank's HBM (ranks with none are absent).
-    pool_runs: start block -> (pool_hbm_blocks, pool_dram_blocks) of the contiguous run of pool
-      blocks from `start`; holds every start any rank needs (0 and each rank's HBM length).
-    """
-
-    block_size: int
-    prompt_tokens: int
-    rank_blocks: dict[RankKey, int] = field(default_factory=dict)
-    pool_runs: dict[int, tuple[int, int]] = field(default_factory=dict)
-
-    def hbm_blocks(self, key: RankKey) -> int:
-        return self.rank_blocks.get(key, 0)
-
-    def hit(self, key: RankKey) -> PrefixHit:
-        """Cached tokens by tier if the request runs on rank `key`, capped at prompt - 1 tokens
-        (the last prompt token is always computed)."""
-        hbm = self.rank_blocks.get(key, 0)
-        pool_hbm, pool_dram = self.pool_runs.get(hbm, (0, 0))
-        room = max(0, self.prompt_tokens - 1)
-        bs = self.block_size
-        t_hbm = min(hbm * bs, room)
-        t_phbm = min(pool_hbm * bs, room - t_hbm)
-        t_pdram = min(pool_dram * bs, room - t_hbm - t_phbm)
-        return PrefixHit(t_hbm, t_phbm, t_pdram)
 
 
 @dataclass(frozen=True)
@@ -330,7 +301,9 @@ class PrefixIndex:
     ) -> None:
         """Set or clear one pool holder's bit on `blocks`; keep the pool unions' closures and
         the trusted tier flags in step."""
-        mask, hbm = self._pool_mask, self._pool_bits["pool_hbm"]
+        mask, flags = self._pool_mask, self._pool
+        hbm, dram = self._pool_bits["pool_hbm"], self._pool_bits["pool_dram"]
+        trusted = ~self._stale_bits
         any_changed: tuple[list[int], list[int | None]] = ([], [])
         hbm_changed: tuple[list[int], list[int | None]] = ([], [])
         for h, p in zip(blocks, parents, strict=True):
@@ -346,7 +319,11 @@ class PrefixIndex:
             if bool(old & hbm) != bool(new & hbm):
                 hbm_changed[0].append(h)
                 hbm_changed[1].append(p)
-            self._refresh_pool(h)
+            tiers = _tier_flags(new & trusted, hbm, dram)
+            if tiers:
+                flags[h] = tiers
+            else:
+                flags.pop(h, None)
         step_any = self._pool_any.added_many if add else self._pool_any.removed_many
         step_hbm = self._pool_hbm.added_many if add else self._pool_hbm.removed_many
         self._orphans += step_any(*any_changed, mask.__contains__)
@@ -384,14 +361,19 @@ class PrefixIndex:
                 self._refresh_pool(h)
 
     def _refresh_pool(self, h: int) -> None:
-        mask = self._pool_mask.get(h, 0) & ~self._stale_bits
-        flags = (_POOL_IN_HBM if mask & self._pool_bits["pool_hbm"] else 0) | (
-            _POOL_IN_DRAM if mask & self._pool_bits["pool_dram"] else 0
-        )
-        if flags:
-            self._pool[h] = flags
+        bits = self._pool_mask.get(h, 0) & ~self._stale_bits
+        tiers = _tier_flags(bits, self._pool_bits["pool_hbm"], self._pool_bits["pool_dram"])
+        if tiers:
+            self._pool[h] = tiers
         else:
             self._pool.pop(h, None)
+
+
+def _tier_flags(trusted_bits: int, hbm_bits: int, dram_bits: int) -> int:
+    """_POOL_IN_* flags of a block held by the pool holders in `trusted_bits`."""
+    return (_POOL_IN_HBM if trusted_bits & hbm_bits else 0) | (
+        _POOL_IN_DRAM if trusted_bits & dram_bits else 0
+    )
 
 
 def _first_without(get: Callable[[int, int], int], hashes: Sequence[int], bits: int) -> int:

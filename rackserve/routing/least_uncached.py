@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from rackserve.routing.cost import CostModel
-from rackserve.routing.index import PrefixMatch
+from rackserve.routing.match import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
 from rackserve.routing.view import ClusterView, PrefixHit, RankKey, RankState, RequestView, Scored
 

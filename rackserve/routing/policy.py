@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rackserve.routing.cost import CostModel
-from rackserve.routing.index import PrefixMatch
+from rackserve.routing.match import PrefixMatch
 from rackserve.routing.view import ClusterView, RequestView, Scored
 
 

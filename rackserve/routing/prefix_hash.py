@@ -10,7 +10,7 @@ import bisect
 
 import xxhash
 
-from rackserve.routing.index import PrefixMatch
+from rackserve.routing.match import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
 from rackserve.routing.view import ClusterView, RankKey, RequestView, Scored
 

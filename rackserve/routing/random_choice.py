@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from rackserve.routing.index import PrefixMatch
+from rackserve.routing.match import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
 from rackserve.routing.view import ClusterView, RequestView, Scored
 

@@ -36,14 +36,14 @@ class HitRateStats:
 
 
 class DecisionRecorder:
-    """Keeps one record per request id; `deliver` completes it once the prefill rank reports."""
+    """Keeps one record per request id (the latest decision); `deliver` completes it once the
+    prefill rank reports how many prompt tokens it really found cached."""
 
     def __init__(self) -> None:
         self._records: dict[str, DecisionRecord] = {}
 
     def record(self, request_id: str, decision: Decision, prompt_tokens: int) -> None:
-        if request_id in self._records:
-            raise ValueError(f"request_id {request_id!r} already has a decision")
+        """Record (or, for a re-routed request, replace) the decision for `request_id`."""
         self._records[request_id] = DecisionRecord(request_id, decision, prompt_tokens)
 
     def deliver(self, request_id: str, cached_tokens: int) -> DecisionRecord:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rackserve.routing.index import PrefixMatch
+from rackserve.routing.match import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
 from rackserve.routing.view import ClusterView, RequestView, Scored
 

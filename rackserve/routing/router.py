@@ -7,28 +7,37 @@ from rackserve.routing.cost import CostModel
 from rackserve.routing.decode import place_decode
 from rackserve.routing.index import PrefixIndex, PrefixMatch
 from rackserve.routing.policy import Policy, PolicySettings, make_policy
+from rackserve.routing.records import DecisionRecorder
 from rackserve.routing.view import ClusterView, Decision, NoRankAvailable, RequestView
 
 
 class Router:
-    """Owns the prefix index (feed it with `router.index.apply(event)`) and one policy."""
+    """Owns the prefix index (feed it with `router.index.apply(event)`), one policy, and the
+    decision records (`router.records.deliver(request_id, cached_tokens)` once the rank reports)."""
 
-    def __init__(self, policy: Policy, index: PrefixIndex | None = None) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        index: PrefixIndex | None = None,
+        records: DecisionRecorder | None = None,
+    ) -> None:
         self.policy = policy
         self.index = index if index is not None else PrefixIndex()
+        self.records = records if records is not None else DecisionRecorder()
 
     @classmethod
     def from_config(cls, section: RoutingSection, cost: CostModel | None = None) -> Router:
         return cls(make_policy(section.policy, PolicySettings(cost=cost, seed=section.seed)))
 
     def route(self, request: RequestView, cluster: ClusterView) -> Decision:
-        """Pick a prefill rank (by policy) and a decode rank (least active blocks) for `request`."""
+        """Pick a prefill rank (by policy) and a decode rank (least active blocks) for `request`;
+        recorded under `request.request_id` when it has one."""
         if not cluster.prefill_ranks():
             raise NoRankAvailable("cluster: no healthy prefill rank")
         match = self.match(request)
         pick = self.policy.choose(request, cluster, match)
         decode = place_decode(cluster, request.decode_layout)
-        return Decision(
+        decision = Decision(
             instance=pick.rank.instance,
             dp_rank=pick.rank.dp_rank,
             predicted=match.hit(pick.rank.key),
@@ -37,6 +46,9 @@ class Router:
             decode_instance=None if decode is None else decode.instance,
             decode_dp_rank=None if decode is None else decode.dp_rank,
         )
+        if request.request_id:
+            self.records.record(request.request_id, decision, request.prompt_tokens)
+        return decision
 
     def match(self, request: RequestView) -> PrefixMatch:
         """Index lookup for `request` (every policy's decision records predicted hits)."""

@@ -29,8 +29,8 @@ def test_predicted_vs_delivered_stats():
 def test_bad_records_raise_naming_the_field():
     rec = DecisionRecorder()
     rec.record("a", _decision(0, 0), prompt_tokens=10)
-    with pytest.raises(ValueError, match="request_id 'a'"):
-        rec.record("a", _decision(0, 0), prompt_tokens=10)
+    rec.record("a", _decision(5, 0), prompt_tokens=10)  # re-routed: the latest decision counts
+    assert rec.get("a").decision.predicted.rank_hbm == 5 and len(rec) == 1
     with pytest.raises(ValueError, match="request_id 'zz'"):
         rec.deliver("zz", 1)
     with pytest.raises(ValueError, match="cached_tokens"):

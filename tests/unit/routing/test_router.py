@@ -74,3 +74,18 @@ def test_from_config_uses_the_seed():
     assert [a.route(REQ, ranks).key for _ in range(20)] != [
         b.route(REQ, ranks).key for _ in range(20)
     ]
+
+
+def test_decisions_are_recorded_and_delivered(idle_cluster):
+    from rackserve.kv.events import EventSequencer, Publisher
+
+    router = Router.from_config(RoutingSection(policy="round-robin"))
+    router.index.apply(EventSequencer(Publisher("p0", 0)).make("stored", "rank_hbm", (1, 2)))
+    d = router.route(REQ, idle_cluster)  # request_id "r": round-robin starts at p0/0
+    assert d.predicted.rank_hbm == 32
+    assert router.records.get("r").decision == d
+    router.records.deliver("r", 16)
+    stats = router.records.stats()
+    assert (stats.predicted_tokens, stats.delivered_tokens) == (32, 16)
+    router.route(dataclasses.replace(REQ, request_id=""), idle_cluster)  # anonymous: not recorded
+    assert len(router.records) == 1
