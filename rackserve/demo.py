@@ -12,7 +12,6 @@ from rich.table import Table
 
 from rackserve.config import Config
 from rackserve.model import tokenizer as tok
-from rackserve.model.config import ModelConfig
 from rackserve.model.engine import Engine
 from rackserve.model.sampling import SamplingParams
 from rackserve.model.threads import limit_blas_threads
@@ -94,13 +93,8 @@ def run_demo(config: Config, max_tokens: int = 24, console: Console | None = Non
     """Print the demo; returns the engine so a test can inspect it."""
     console = console or Console()
     limit_blas_threads(1)
-    cfg = ModelConfig.from_sections(config.engine, config.engram)
-    engine = Engine.from_config(
-        cfg,
-        num_blocks=config.engine.cache_blocks_per_rank,
-        chunk_tokens=config.engine.prefill_chunk_tokens,
-        max_batch_seqs=config.engine.max_batch_seqs,
-    )
+    engine = Engine.from_deployment(config)
+    cfg = engine.cfg
     console.print(
         Panel.fit(
             f"[bold]rackserve demo[/]: small MoE ({cfg.n_layers} layers, d={cfg.d_model}, "

@@ -1,8 +1,11 @@
 """One rank's inference engine: admits requests, schedules prefill chunks and decode, runs the model.
 
-API (what the live prefill/decode workers use):
-- `Engine.from_config(cfg, engram=None, publisher=..., on_event=...)`: weights from the seed; the
-  Engram table defaults to the in-process `LocalEngramTable` (a remote client can be passed).
+API (what the live prefill/decode workers use; call rackserve.model.threads.limit_blas_threads(1)
+once per process first: the small matrices run faster on one BLAS thread):
+- `Engine.from_deployment(config, engram=None, publisher=None, on_event=None)`: everything from
+  rackserve.config's `engine` + `engram` sections (`Engine.from_config(model_cfg, ...)` for tests).
+  Weights come from the seed; the Engram table defaults to the in-process `LocalEngramTable`
+  (the Engram service's gRPC client implementing `EngramTable` can be passed instead).
 - `cached_prefix_tokens(token_ids) -> int`: tokens of the longest locally cached prefix (whole
   blocks; not capped), for routing / pool look-ups.
 - `add_request(request_id, prompt_ids, params, output_ids=(), kv_blocks=()) -> Admission`:
@@ -14,6 +17,9 @@ API (what the live prefill/decode workers use):
 - `export_prefix(token_ids) -> [(block_hash, bytes)]`: KV of the cached full blocks of a sequence
   (kv_codec format), e.g. for the pool after prefill. Call before later steps may evict them.
 - `free(request_id)`: abort a request and release its blocks.
+- `load() -> EngineLoad`: running/decoding requests, prompt tokens still to compute, free blocks.
+- `StepResult.rank_batch()`: the step as the cost model's `RankBatch` (new and cached tokens per
+  sequence), so a worker can pace the step with the simulated duration.
 - `drain_events()`: stored/removed KVEvents (tier rank_hbm) unless `on_event` receives them.
 
 P->D hand-off (the choice made here: recompute the tail). The prefill rank runs the prompt with
@@ -35,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import xxhash
 
+from rackserve.config import Config
 from rackserve.kv.block_cache import BlockCache, CacheStats
 from rackserve.kv.block_hash import block_hashes, root_hash
 from rackserve.kv.events import KVEvent, Publisher
@@ -128,6 +135,26 @@ class Engine:
         self._root = root_hash(cfg.model_id)
         self._requests: dict[str, Request] = {}
         self._computed = self._reused = self._imported = 0
+
+    @classmethod
+    def from_deployment(
+        cls,
+        config: Config,
+        engram: EngramTable | None = None,
+        publisher: Publisher | None = None,
+        on_event: Callable[[KVEvent], None] | None = None,
+    ) -> Engine:
+        """An engine shaped by the deployment config's `engine` and `engram` sections."""
+        e = config.engine
+        return cls.from_config(
+            ModelConfig.from_sections(e, config.engram),
+            engram,
+            num_blocks=e.cache_blocks_per_rank,
+            chunk_tokens=e.prefill_chunk_tokens,
+            max_batch_seqs=e.max_batch_seqs,
+            publisher=publisher,
+            on_event=on_event,
+        )
 
     @classmethod
     def from_config(

@@ -231,3 +231,16 @@ def test_bad_kv_block_changes_nothing(make_engine, prompt, cfg):
         engine.add_request("b", text, GREEDY, kv_blocks=[good, (second_hash, second_bytes[:-8])])
     assert engine.cache.num_free == engine.cache.num_blocks
     assert engine.cache.stats().num_cached == 0 and engine.num_requests == 0
+
+
+def test_from_deployment_uses_the_config_sections():
+    from rackserve.config import Config, EngineSection, EngramSection
+
+    config = Config(
+        engine=EngineSection(block_size=8, cache_blocks_per_rank=64, prefill_chunk_tokens=32),
+        engram=EngramSection(table_rows=4096),
+    )
+    engine = Engine.from_deployment(config)
+    assert (engine.cfg.block_size, engine.cfg.engram_rows) == (8, 4096)
+    assert (engine.cache.num_blocks, engine.chunk_tokens) == (64, 32)
+    assert engine.add_request("r", [1] * 20, GREEDY).num_cached_tokens == 0
