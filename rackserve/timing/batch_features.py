@@ -94,3 +94,76 @@ def rank_groups(
         return full, None
     tail = np.minimum(new, model.prefill.tail_tokens)
     return full, group_sums(tail, end, model.attention.window, codes)
+
+
+@dataclass(frozen=True)
+class GroupArrays:
+    """One layer group's sums for every rank of a step (arrays over ranks; [ranks, codes] per code)."""
+
+    tokens: np.ndarray
+    seqs: np.ndarray
+    window_entries: np.ndarray
+    comp_entries: np.ndarray
+    scan_entries: np.ndarray
+    key_reads: np.ndarray
+
+    @staticmethod
+    def stack(sums: list[GroupSums]) -> GroupArrays:
+        return GroupArrays(
+            np.array([s.tokens for s in sums]),
+            np.array([s.seqs for s in sums]),
+            np.array([s.window_entries for s in sums]),
+            np.array([s.comp_entries for s in sums]),
+            np.array([s.scan_entries for s in sums]),
+            np.array([s.key_reads for s in sums]),
+        )
+
+
+def step_arrays(ranks, phase: str, model: ModelSpec, codes: tuple[CodeShape, ...]) -> tuple[GroupArrays, GroupArrays | None]:
+    """Per-rank sums of a whole step: the vectorized single-token decode form when it applies (one
+    pass over all ranks' sequences), else rank by rank."""
+    if phase == "decode":
+        fast = _decode_arrays(ranks, model.attention.window, codes)
+        if fast is not None:
+            return fast, None
+    per_rank = [rank_groups(rb, phase, model, codes) for rb in ranks]
+    full = GroupArrays.stack([g[0] for g in per_rank])
+    if per_rank[0][1] is None:
+        return full, None
+    return full, GroupArrays.stack([g[1] for g in per_rank])
+
+
+def _decode_arrays(ranks, window: int, codes: tuple[CodeShape, ...]) -> GroupArrays | None:
+    """Every sequence computes one token at position e = cached + 1: the sums reduce to sums of
+    e, min(e, window) and min(e, top_k x ratio) per rank (exactly the general formulas at q = 1).
+    One pass over all ranks' sequences: capped copies of e, a running sum, differences at the rank
+    boundaries (idle ranks give empty segments)."""
+    new = np.concatenate([rb.new_tokens for rb in ranks])
+    if new.size == 0 or new.min() != 1 or new.max() != 1:
+        return None
+    end = np.concatenate([rb.cached_tokens for rb in ranks]) + 1.0
+    caps = _decode_caps(window, codes)
+    capped = np.minimum(end, caps[:, None])  # [features, sequences]
+    running = np.zeros((len(caps), end.size + 1))
+    np.cumsum(capped, axis=1, out=running[:, 1:])
+    bounds = np.cumsum([0] + [rb.new_tokens.shape[0] for rb in ranks])
+    at = running[:, bounds]
+    sums = at[:, 1:] - at[:, :-1]  # [features, ranks]: sum e, sum min(e, window), sum min(e, cap_i)...
+    seqs = np.diff(bounds).astype(np.float64)
+    comp = np.zeros((len(ranks), len(codes)))
+    scan = np.zeros_like(comp)
+    for i, code in enumerate(codes):
+        if code.ratio == 0:
+            continue
+        if code.indexer:
+            comp[:, i] = sums[2 + i] / code.ratio
+            scan[:, i] = sums[0] / code.ratio
+        else:
+            comp[:, i] = sums[0] / code.ratio
+    return GroupArrays(seqs, seqs, sums[1], comp, scan, scan)
+
+
+def _decode_caps(window: int, codes: tuple[CodeShape, ...]) -> np.ndarray:
+    """Caps of e: none, the window, then per code top_k x ratio (indexer codes; unused otherwise)."""
+    per_code = [c.top_k * c.ratio if c.indexer else np.inf for c in codes]
+    return np.array([np.inf, float(window) if window else 0.0, *per_code])

@@ -15,7 +15,7 @@ import numpy as np
 
 from rackserve.timing import comm
 from rackserve.timing.batch import StepBatch, StepCost
-from rackserve.timing.batch_features import CodeShape, GroupSums, code_shapes, rank_groups
+from rackserve.timing.batch_features import CodeShape, GroupArrays, code_shapes, step_arrays
 from rackserve.timing.layout import Layout
 from rackserve.timing.optimizations import Optimizations
 from rackserve.timing.roofline import (
@@ -59,6 +59,10 @@ class Parts:
         if tm is not None:
             self.tm[name] = self.tm.get(name, self.zero) + np.asarray(tm) * times
 
+    def merge(self, other: Parts) -> None:
+        for name, t in other.t.items():
+            self.add(name, t, other.tc.get(name), other.tm.get(name))
+
     def total(self, names: tuple[str, ...]) -> np.ndarray:
         out = self.zero
         for n in names:
@@ -88,13 +92,16 @@ class CostContext:
     opts: Optimizations
     codes: tuple[CodeShape, ...]
     groups: dict[str, LayerGroups]
+    indexer_codes: np.ndarray  # 1.0 for attention codes that use the indexer
+    memo: dict = field(default_factory=dict, compare=False, repr=False)  # see _token_bundle
 
     @staticmethod
     def build(hw: HardwareSpec, model: ModelSpec, opts: Optimizations) -> CostContext:
         codes = code_shapes(model)
         order = sorted(model.attention.codes)
         groups = {p: _layer_groups(model, order, p) for p in ("prefill", "decode")}
-        return CostContext(hw, model, opts, codes, groups)
+        indexer = np.array([float(c.indexer) for c in codes])
+        return CostContext(hw, model, opts, codes, groups, indexer)
 
 
 def _layer_groups(model: ModelSpec, order: list[int], phase: str) -> LayerGroups:
@@ -125,104 +132,134 @@ def step_cost(
             f"ranks: layout {layout.key} has {layout.dp} DP ranks, batch has {len(batch.ranks)}"
         )
     lg = ctx.groups[phase]
-    per_rank = [rank_groups(rb, phase, ctx.model, ctx.codes) for rb in batch.ranks]
-    parts = Parts(layout.dp)
-    crit = Parts(1)  # MoE components on the busiest EP rank
-    moe_tokens_full = np.array([g[0].tokens for g in per_rank])
-    for gi in (0, 1):
-        if lg.layers[gi] == 0 or per_rank[0][gi] is None:
+    groups = step_arrays(batch.ranks, phase, ctx.model, ctx.codes)
+    kv = Parts(layout.dp)  # components that depend on each sequence's context (and the rank's transfers)
+    bundles = []
+    for gi, ga in enumerate(groups):
+        if ga is None or lg.layers[gi] == 0:
             continue
-        sums = [g[gi] for g in per_rank]
-        _attention_part(ctx, layout, phase, lg, gi, sums, parts)
-        _moe_part(
-            ctx,
-            layout,
-            phase,
-            lg,
-            gi,
-            np.array([s.tokens for s in sums]),
-            moe_tokens_full,
-            batch,
-            parts,
-            crit,
-        )
-    _lm_head(ctx, layout, phase, batch, per_rank, parts)
-    parts.add(
-        "kv_transfer",
-        [
-            kv_transfer(rb.pool_hbm_tokens, "pool_hbm")
-            + kv_transfer(rb.pool_dram_tokens, "pool_dram")
-            for rb in batch.ranks
-        ],
-    )
-    _engram(ctx, lg, per_rank, parts)
-    return _assemble(parts, crit, layout)
+        _kv_attention(ctx, layout, phase, lg, gi, ga, kv)
+        bundles.append(_token_bundle(ctx, layout, phase, lg, gi, ga, groups[0].tokens, batch.expert_tokens))
+    if any(rb.pool_hbm_tokens or rb.pool_dram_tokens for rb in batch.ranks):
+        transfer = [kv_transfer(rb.pool_hbm_tokens, "pool_hbm") + kv_transfer(rb.pool_dram_tokens, "pool_dram")
+                    for rb in batch.ranks]
+        kv.add("kv_transfer", transfer)
+    attn = sum(b.attn_total for b in bundles) + kv.total(ATTN_PART)
+    moe = sum(b.moe_total for b in bundles)
+    return _assemble(kv, bundles, attn, moe, layout)
 
 
-def _attention_part(
-    ctx: CostContext,
-    lay: Layout,
-    phase: str,
-    lg: LayerGroups,
-    gi: int,
-    sums: list[GroupSums],
-    parts: Parts,
-) -> None:
+MEMO_LIMIT = 50_000
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """The token-count-only components of one layer group, with their per-rank totals."""
+
+    parts: Parts
+    crit: Parts
+    attn_total: np.ndarray
+    moe_total: np.ndarray
+    crit_breakdown: dict[str, float]
+    crit_bound: dict[str, str]
+    _rank_views: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def rank_view(self, r: int) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+        """(time, compute time, memory time) per attention-part component of rank r (cached)."""
+        view = self._rank_views.get(r)
+        if view is None:
+            p = self.parts
+            names = [n for n in p.t if n not in MOE_PART]
+            view = (
+                {n: float(p.t[n][r]) for n in names},
+                {n: float(p.tc[n][r]) for n in names if n in p.tc},
+                {n: float(p.tm[n][r]) for n in names if n in p.tm},
+            )
+            self._rank_views[r] = view
+        return view
+
+    @staticmethod
+    def of(parts: Parts, crit: Parts) -> Bundle:
+        names = [n for n in MOE_PART if n in crit.t]
+        return Bundle(parts, crit, parts.total(ATTN_PART), parts.total(MOE_PART),
+                      {n: float(crit.t[n][0]) for n in names}, {n: _bound(n, crit, 0) for n in names})
+
+
+def _token_bundle(ctx, lay: Layout, phase: str, lg: LayerGroups, gi: int, ga: GroupArrays,
+                  tokens_full: np.ndarray, expert_tokens) -> Bundle:
+    """Every component that depends only on the per-rank token counts (projections, mHC, all-reduce,
+    LM head, and, with the expert-load model, the whole MoE part): memoized on those counts, since
+    a simulator's steps repeat the same counts many times."""
+    key = None
+    if expert_tokens is None:
+        extra = ga.seqs.tobytes() if (phase == "prefill" and gi == 0) else b""
+        full = tokens_full.tobytes() if gi == 1 else b""
+        key = (phase, lay.key, gi, ga.tokens.tobytes(), extra, full)
+        hit = ctx.memo.get(key)
+        if hit is not None:
+            return hit
+    b_parts, b_crit = Parts(lay.dp), Parts(1)
+    _token_attention(ctx, lay, phase, lg, gi, ga.tokens, b_parts)
+    _moe_part(ctx, lay, phase, lg, gi, ga.tokens, tokens_full, expert_tokens, b_parts, b_crit)
+    if gi == 0:
+        _lm_head(ctx, lay, phase, ga, b_parts)
+    _engram(ctx, lg, gi, ga.tokens, b_parts)
+    bundle = Bundle.of(b_parts, b_crit)
+    if key is not None:
+        if len(ctx.memo) > MEMO_LIMIT:
+            ctx.memo.clear()
+        ctx.memo[key] = bundle
+    return bundle
+
+
+def _kv_attention(ctx: CostContext, lay: Layout, phase: str, lg: LayerGroups, gi: int,
+                  ga: GroupArrays, parts: Parts) -> None:
+    """Attention over each sequence's window and selected/compressed KV, and the indexer scan."""
     hw, m, o = ctx.hw, ctx.model, ctx.opts
     att = m.attention
     counts = lg.code_counts[gi]
-    tokens = np.array([s.tokens for s in sums])
-    win = np.array([s.window_entries for s in sums])[:, None]
-    comp = np.array([s.comp_entries for s in sums])
-    flops = (win + comp) * 2.0 * (att.heads / lay.tp) * (att.qk_head_dim + att.v_head_dim)
+    win = ga.window_entries[:, None]
+    comp = ga.comp_entries
+    flops = (win + comp) * (2.0 * (att.heads / lay.tp) * (att.qk_head_dim + att.v_head_dim))
     bytes_ = win * att.window_entry_bytes + comp * att.compressed_entry_bytes
     overlap = 1.0 if o.attn_overlap else hw.efficiency.attention_overlap
     t, tc, tm = attention_time(
-        hw,
-        flops,
-        bytes_,
-        math_dtype=att.math_dtype,
-        overlap=overlap,
+        hw, flops, bytes_, math_dtype=att.math_dtype, overlap=overlap,
         domain=domain_bw_factor(hw, False),
     )
     if phase == "decode" and not o.kv_gather_ahead:
-        seqs = np.array([s.seqs for s in sums])[:, None]
-        t = t + hw.microarch.gather_latency_s * (seqs > 0) * np.array(
-            [c.indexer for c in ctx.codes]
-        )
+        t = t + hw.microarch.gather_latency_s * (ga.seqs > 0)[:, None] * ctx.indexer_codes
     parts.add("attention", t @ counts, tc @ counts, tm @ counts)
-    split_k = o.split_k or phase == "prefill"
-    for mat in att.matrices:
-        _dense(ctx, "attn_proj", tokens, mat, lay.tp, split_k, lg.layers[gi], parts)
     if m.indexer and lg.indexer_layers[gi]:
         ix = m.indexer
-        scan = np.array([s.scan_entries for s in sums])
-        keys = np.array([s.key_reads for s in sums])
         dt = "fp4" if o.fp4_indexer else "fp8"
         it, itc, itm = attention_time(
-            hw,
-            scan * 2.0 * (ix.heads / lay.tp) * ix.head_dim,
-            keys * ix.key_bytes,
-            math_dtype=dt,
-            overlap=1.0,
+            hw, ga.scan_entries * (2.0 * (ix.heads / lay.tp) * ix.head_dim),
+            ga.key_reads * ix.key_bytes, math_dtype=dt, overlap=1.0,
         )
         parts.add("indexer", it @ counts, itc @ counts, itm @ counts)
-        for mat in ix.matrices:
-            _dense(ctx, "attn_proj", tokens, mat, lay.tp, split_k, lg.indexer_layers[gi], parts)
+
+
+def _token_attention(ctx: CostContext, lay: Layout, phase: str, lg: LayerGroups, gi: int,
+                     tokens: np.ndarray, parts: Parts) -> None:
+    """Projections (attention + indexer), mHC residual traffic and the TP all-reduces."""
+    hw, m, o = ctx.hw, ctx.model, ctx.opts
+    split_k = o.split_k or phase == "prefill"
     layers = lg.layers[gi]
+    for mat in m.attention.matrices:
+        _dense(ctx, "attn_proj", tokens, mat, lay.tp, split_k, layers, parts)
+    if m.indexer and lg.indexer_layers[gi]:
+        for mat in m.indexer.matrices:
+            _dense(ctx, "attn_proj", tokens, mat, lay.tp, split_k, lg.indexer_layers[gi], parts)
     if m.mhc:
         fused = o.fused_ar_mhc and lay.tp > 1
         passes = max(1, m.mhc.passes_per_sublayer - 2) if fused else m.mhc.passes_per_sublayer
         mbytes = tokens * m.mhc.streams * m.hidden * m.mhc.elem_bytes * passes * 2
         kernels = 0 if fused else 2
-        mt = copy_time(
-            hw, mbytes, domain_bw_factor(hw, o.domain_local)
-        ) + kernels * hw.microarch.kernel_overhead_s * (tokens > 0)
+        mt = copy_time(hw, mbytes, domain_bw_factor(hw, o.domain_local)) + kernels * hw.microarch.kernel_overhead_s * (tokens > 0)
         parts.add("mhc", mt, None, mt, times=layers)
     if lay.tp > 1:
-        ar = np.array(
-            [comm.allreduce_time(hw, x * m.hidden * 2.0, lay.tp, lay.trays) for x in tokens]
-        )
+        ar = np.array([comm.allreduce_time(hw, x * m.hidden * 2.0, lay.tp, lay.trays) for x in tokens])
         parts.add("all_reduce", ar, times=2 * layers)
 
 
@@ -264,7 +301,7 @@ def _moe_part(
     gi: int,
     tokens: np.ndarray,
     tokens_full: np.ndarray,
-    batch: StepBatch,
+    expert_tokens,
     parts: Parts,
     crit: Parts,
 ) -> None:
@@ -283,7 +320,7 @@ def _moe_part(
     n_moe = lg.moe_layers[gi]
     if n_moe == 0 or tokens.sum() == 0:
         return
-    load = _expert_load(ctx, lay, tokens, tokens_full, batch.expert_tokens)
+    load = _expert_load(ctx, lay, tokens, tokens_full, expert_tokens)
     ranks = slice(0, lay.dp)
     _moe_rank(
         ctx,
@@ -445,61 +482,62 @@ def _dispatch_combine(ctx, lay: Layout, own, recv, n_moe: int, dom: float, p: Pa
     p.add("dispatch_combine", t, None, None, times=n_moe)
 
 
-def _lm_head(ctx, lay: Layout, phase: str, batch: StepBatch, per_rank, parts: Parts) -> None:
+def _lm_head(ctx, lay: Layout, phase: str, ga: GroupArrays, parts: Parts) -> None:
+    """Logits of every decoded token, or of each prompt's last position in prefill."""
     m, o = ctx.model, ctx.opts
-    if phase == "decode":
-        rows = np.array([rb.total_new for rb in batch.ranks], float)
-    else:
-        rows = np.array([g[0].seqs for g in per_rank])  # logits of each prompt's last position
+    rows = ga.tokens if phase == "decode" else ga.seqs
     t, tc, tm = gemm_time(
-        ctx.hw,
-        rows,
-        m.vocab // lay.tp,
-        m.hidden,
-        weight_dtype=m.lm_head_dtype,
-        split_k=o.split_k or phase == "prefill",
-        domain=domain_bw_factor(ctx.hw, o.domain_local),
+        ctx.hw, rows, m.vocab // lay.tp, m.hidden, weight_dtype=m.lm_head_dtype,
+        split_k=o.split_k or phase == "prefill", domain=domain_bw_factor(ctx.hw, o.domain_local),
     )
     parts.add("lm_head", t, tc, tm)
 
 
-def _engram(ctx, lg: LayerGroups, per_rank, parts: Parts) -> None:
+def _engram(ctx, lg: LayerGroups, gi: int, tokens: np.ndarray, parts: Parts) -> None:
     """Engram rows are fetched over NVLink from the GPUs holding the table shards, issued at step
-    start (addressed by token ids alone), so only what outlasts the layers before it is exposed."""
+    start (addressed by token ids alone), so only what outlasts the layers before it is exposed.
+    The layers before it are timed by their token-count components (attention over the context is
+    left out, so the exposure is, if anything, over-estimated), which keeps this memoizable."""
     m, hw = ctx.model, ctx.hw
-    if not m.engram:
+    layers = [layer for group, layer in lg.engram if group == gi]
+    if not m.engram or not layers:
         return
-    busy = parts.total(ATTN_PART) + parts.total(MOE_PART)
-    per_layer = busy / m.layers
+    per_layer = (parts.total(ATTN_PART) + parts.total(MOE_PART)) / m.layers
+    fetch = comm.p2p_time(hw, tokens * (m.engram.rows_per_token * m.engram.row_bytes))
     total = parts.zero
-    for group, layer in lg.engram:
-        tokens = np.array([g[group].tokens if g[group] is not None else 0.0 for g in per_rank])
-        fetch = comm.p2p_time(hw, tokens * m.engram.rows_per_token * m.engram.row_bytes)
+    for layer in layers:
         exposed = np.maximum(0.0, fetch - layer * per_layer) + hw.microarch.kernel_overhead_s
-        total = total + np.where(tokens > 0, exposed, 0.0)
+        total = total + exposed * (tokens > 0)
     parts.add("engram", total)
 
 
-def _assemble(parts: Parts, crit: Parts, lay: Layout) -> StepCost:
-    attn = parts.total(ATTN_PART)
-    moe = parts.total(MOE_PART)
-    busy = attn + moe
-    if busy.max() <= 0:
-        return StepCost(0.0, {}, tuple(0.0 for _ in range(lay.dp)), {})
+def _assemble(kv: Parts, bundles: list[Bundle], attn: np.ndarray, moe: np.ndarray, lay: Layout) -> StepCost:
+    """Critical path: the slowest rank's attention part + the busiest EP rank's MoE part."""
+    if attn.max() <= 0 and moe.max() <= 0:
+        return StepCost(0.0, {}, (0.0,) * lay.dp, {})
     ra = int(np.argmax(attn))
     breakdown: dict[str, float] = {}
-    bound: dict[str, str] = {}
-    for name in ATTN_PART:
-        if name in parts.t:
-            breakdown[name] = float(parts.t[name][ra])
-            bound[name] = _bound(name, parts, ra)
-    for name in MOE_PART:
-        if name in crit.t:
-            breakdown[name] = float(crit.t[name][0])
-            bound[name] = _bound(name, crit, 0)
+    tc: dict[str, float] = {}
+    tm: dict[str, float] = {}
+    for name, t in kv.t.items():
+        breakdown[name] = float(t[ra])
+        if name in kv.tc:
+            tc[name], tm[name] = float(kv.tc[name][ra]), float(kv.tm[name][ra])
+    for b in bundles:
+        for acc, part in zip((breakdown, tc, tm), b.rank_view(ra), strict=True):
+            for name, value in part.items():
+                acc[name] = acc.get(name, 0.0) + value
+    bound = {n: "comm" if n in COMM else ("compute" if tc.get(n, 0.0) > tm.get(n, 0.0) else "memory") for n in breakdown}
+    crit_bound: dict[str, list[str]] = {}
+    for b in bundles:
+        for name, value in b.crit_breakdown.items():
+            breakdown[name] = breakdown.get(name, 0.0) + value
+            crit_bound.setdefault(name, []).append(b.crit_bound[name])
+    for name, labels in crit_bound.items():
+        bound[name] = labels[0]  # the all-token layer group's label
     total = sum(breakdown.values())
-    busy_out = tuple(float(min(b, total)) for b in busy)
-    return StepCost(total, breakdown, busy_out, bound)
+    busy = np.minimum(attn + moe, total)
+    return StepCost(total, breakdown, tuple(busy.tolist()), bound)
 
 
 def _bound(name: str, parts: Parts, r: int) -> str:
