@@ -54,10 +54,23 @@ class RedisServer:
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
 
-    def start(self, timeout_s: float = 10.0) -> RedisServer:
+    def start(self, timeout_s: float = 10.0, attempts: int = 3) -> RedisServer:
+        """Start and wait for PING. A port we chose ourselves may be taken between choosing and
+        binding (other servers start concurrently): then retry on a fresh one."""
         assert self._proc is None, "already running"
-        if self.port == 0:
-            self.port = free_port()
+        chosen = self.port == 0
+        for attempt in range(attempts if chosen else 1):
+            if chosen:
+                self.port = free_port()
+            try:
+                return self._start_once(timeout_s)
+            except RuntimeError:
+                self.stop()
+                if attempt == (attempts if chosen else 1) - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> RedisServer:
         self._dir = self._dir or tempfile.mkdtemp(prefix="rackserve-redis-")
         args = [server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", self._dir, "--protected-mode", "yes"]
@@ -77,9 +90,11 @@ class RedisServer:
                 if self._proc is not None and self._proc.poll() is not None:
                     raise RuntimeError(f"redis-server exited with {self._proc.returncode}; see {self._dir}/redis.log")
                 try:
-                    if client.ping():
+                    # Our child, not whoever else holds the port: compare the server's PID.
+                    if client.info("server").get("process_id") == self.pid:
                         return
-                except redis.ConnectionError:
+                    time.sleep(0.01)
+                except redis.RedisError:
                     time.sleep(0.01)
             raise RuntimeError(f"redis-server on port {self.port} not ready after {timeout_s}s")
         finally:
