@@ -266,6 +266,12 @@ class PoolTiers:
         self.counters.committed_blocks += len(committed)
         return tuple(committed)
 
+    def store(self, blocks: list[BlockPut], owner: str, now: float, parent_hash: int | None = None) -> Reservation:
+        """Reserve and commit at once (the simulator has no bytes to move in between)."""
+        reservation = self.reserve(blocks, owner, now, parent_hash)
+        self.commit(reservation.txn, now)
+        return reservation
+
     def abort(self, txn: int) -> tuple[int, ...]:
         """Release a reservation (the caller could not write the bytes). Returns its hashes."""
         hashes = self._txns.pop(txn, [])

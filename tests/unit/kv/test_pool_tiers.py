@@ -31,6 +31,13 @@ def test_block_is_invisible_until_commit():
     assert pool.match_prefix([1, 2, 3], 0.3).count == 2
 
 
+def test_store_is_reserve_plus_commit():
+    pool = make_pool()
+    res = pool.store([BlockPut(1, BLOCK), BlockPut(2, BLOCK)], "sim", 0.0)
+    assert res.statuses == ("reserved", "reserved") and pool.match_prefix([1, 2], 0.0).count == 2
+    assert pool.store([BlockPut(2, BLOCK)], "sim", 1.0).statuses == ("exists",)
+
+
 def test_second_writer_sees_pending_then_exists():
     pool = make_pool()
     first = pool.reserve([BlockPut(7, BLOCK)], "w0", 0.0)
