@@ -373,9 +373,9 @@ class Engine:
 
     def _segment(self, request: Request, n: int) -> Segment:
         start = request.num_computed
-        tokens = np.asarray(request.token_ids[: start + n], np.int64)
-        rows = engram_row_ids_span(tokens, start, start + n, self.cfg)
-        return Segment(tokens[start:], start, np.asarray(request.block_ids, np.int64), rows)
+        new = np.asarray(request.token_ids[start : start + n], np.int64)
+        rows = engram_row_ids_span(request.token_ids, start, start + n, self.cfg)
+        return Segment(new, start, np.asarray(request.block_ids, np.int64), rows)
 
     def _advance(self, request: Request, n: int, logits: np.ndarray) -> TokenOutput:
         """Count computed tokens, cache newly full blocks, sample if caught up, finish if done."""

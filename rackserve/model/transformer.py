@@ -54,9 +54,12 @@ def silu_mul(gate_up: np.ndarray) -> np.ndarray:
     """SwiGLU activation of a fused [n, 2F] gate|up projection -> [n, F]."""
     half = gate_up.shape[-1] // 2
     gate, up = gate_up[:, :half], gate_up[:, half:]
-    den = np.exp(-gate)
-    den += np.float32(1.0)
-    return gate / den * up
+    out = np.negative(gate)
+    np.exp(out, out=out)
+    out += np.float32(1.0)
+    np.divide(gate, out, out=out)
+    out *= up
+    return out
 
 
 def _exp_normalized(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -120,7 +123,12 @@ class Transformer:
         cos = self.cos[positions][(slice(None), *extra)]
         sin = self.sin[positions][(slice(None), *extra)]
         x1, x2 = x[..., :half], x[..., half:]
-        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+        out = np.empty_like(x)
+        np.multiply(x1, cos, out=out[..., :half])
+        out[..., :half] -= x2 * sin
+        np.multiply(x2, cos, out=out[..., half:])
+        out[..., half:] += x1 * sin
+        return out
 
     def _plan(self, segments: list[Segment]) -> _Plan:
         """Per-step index arithmetic shared by all layers."""
