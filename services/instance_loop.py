@@ -49,6 +49,7 @@ class InstanceLoop:
         self.pacing_lag_s = 0.0
         self._wake = asyncio.Event()
         self._keys = [RankKey(spec.name, r, spec.role) for r in range(len(ranks))]
+        metrics.ranks.declare_instance(spec.name, spec.role, spec.gpus)
 
     def wake(self) -> None:
         self._wake.set()
@@ -74,6 +75,7 @@ class InstanceLoop:
         pace = await sleep_paced(cost.total_s, self.time_scale, started)
         self.sim_now_s += cost.total_s
         self.pacing_lag_s += pace.lag_s
+        self._record_tokens(steps)
         for r, step in enumerate(steps):
             self._record(r, step, cost, pace.lag_s)
             if step.emitted:
@@ -85,5 +87,13 @@ class InstanceLoop:
         busy = cost.rank_busy_s[r] if r < len(cost.rank_busy_s) else cost.total_s
         self.metrics.ranks.record_step(key, busy, max(0.0, cost.total_s - busy), step.batch.num_seqs)
         self.metrics.ranks.record_pacing(key, lag_s)
-        self.metrics.ranks.kv_blocks_used.labels(**key.labels()).set(step.kv_blocks_used)
-        self.metrics.ranks.kv_blocks_capacity.labels(**key.labels()).set(step.kv_blocks_total)
+        self.metrics.observe_rank_state(key, step.batch.num_seqs, step.waiting, step.queued_prompt_tokens,
+                                        step.kv_blocks_used, step.kv_blocks_total)
+
+    def _record_tokens(self, steps: list[RankStep]) -> None:
+        """Computed prompt tokens (prefill) or sampled tokens (decode) of the step, per instance."""
+        if self.spec.role == "prefill":
+            counts = {"uncached": sum(s.batch.total_new for s in steps)}
+        else:
+            counts = {"output": sum(1 for s in steps for e in s.emitted if e.token is not None)}
+        self.metrics.ranks.record_instance_tokens(self.spec.name, self.spec.role, counts)

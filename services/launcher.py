@@ -111,14 +111,16 @@ class Cluster:
         for worker, (grpc, _) in zip(workers, ports.values(), strict=True):
             wait_port(worker, host, grpc, deadline)
         metrics_urls = [f"http://{host}:{m}/metrics" for _, m in ports.values()]
+        router_grpc = free_port()
         router = self.spawn("router", [
             "-m", "services.router", "--config", str(self.config_path), "--host", host,
-            "--http-port", str(self.http_port), "--grpc-port", str(free_port()),
+            "--http-port", str(self.http_port), "--grpc-port", str(router_grpc),
             "--prefill", f"{host}:{ports['prefill'][0]}", "--decode", f"{host}:{ports['decode'][0]}",
             "--redis-url", redis_url, "--worker-metrics", *metrics_urls])
         base = f"http://{host}:{self.http_port}"
         wait_http(router, f"{base}/ready", deadline)
-        self.urls = {"OpenAI API": f"{base}/v1", "metrics": f"{base}/metrics", "redis": redis_url,
+        self.urls = {"OpenAI API": f"{base}/v1", "metrics": f"{base}/metrics",
+                     "router (gRPC)": f"{host}:{router_grpc}", "redis": redis_url,
                      "ray": ray_address, "kv pool (gRPC)": f"{host}:{pool_port}",
                      "prefill (gRPC)": f"{host}:{ports['prefill'][0]}",
                      "decode (gRPC)": f"{host}:{ports['decode'][0]}",

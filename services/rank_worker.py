@@ -52,6 +52,8 @@ class RankStep:
     busy: bool  # the rank still has requests
     kv_blocks_used: int = 0
     kv_blocks_total: int = 0
+    waiting: int = 0  # requests admitted but not in this step's batch
+    queued_prompt_tokens: int = 0  # prompt tokens not computed yet
 
 
 @dataclass
@@ -143,8 +145,10 @@ class RankWorker:
         self._publish_events()
         stats = self.engine.stats().cache
         batch = RankBatch(np.asarray(new, np.int64), np.asarray(cached, np.int64), pool_hbm, pool_dram)
+        queued = sum(max(0, len(q.prompt) - q.context) for q in self._seqs.values())
         return RankStep(batch, tuple(emitted), self.engine.has_unfinished(),
-                        stats.num_blocks - stats.num_free, stats.num_blocks)
+                        stats.num_blocks - stats.num_free, stats.num_blocks,
+                        max(0, self.engine.num_requests - len(new)), queued)
 
     def _emit(self, out: object) -> Emitted:
         if not out.finished:

@@ -78,10 +78,6 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         the twin moves full blocks and recomputes the tail, which the step's cost charges)."""
         return self.timing.pd_transfer_s(len(request.token_ids))
 
-    async def Load(self, request: prefill_pb2.LoadRequest, context: grpc.aio.ServicerContext
-                   ) -> prefill_pb2.LoadReply:
-        return prefill_pb2.LoadReply()
-
     async def Health(self, request: prefill_pb2.WorkerHealthRequest, context: grpc.aio.ServicerContext
                      ) -> prefill_pb2.WorkerHealthReply:
         return prefill_pb2.WorkerHealthReply(ready=True, instances=list(self.specs))

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 import grpc
 import ray
 
+from rackserve.metrics import ProcessMetrics, RankKey
 from services._proto import prefill_pb2, prefill_pb2_grpc
 from services.instance_loop import InstanceLoop, StepDone
+from services.rank_worker import Admitted
 from services.topology import InstanceSpec
 
 
@@ -50,8 +52,9 @@ def check_target(specs: dict[str, InstanceSpec], instance: str, rank: int) -> st
 
 class PrefillService(prefill_pb2_grpc.PrefillServicer):
     def __init__(self, specs: dict[str, InstanceSpec], actors: dict[str, list],
-                 loops: dict[str, InstanceLoop], model_id: str, block_size: int) -> None:
-        self.specs, self.actors, self.loops = specs, actors, loops
+                 loops: dict[str, InstanceLoop], model_id: str, block_size: int,
+                 metrics: ProcessMetrics) -> None:
+        self.specs, self.actors, self.loops, self.metrics = specs, actors, loops, metrics
         self.model_id, self.block_size = model_id, block_size
         self._waiting: dict[str, _Waiter] = {}
 
@@ -80,6 +83,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             admitted = await call_actor(actor.submit_prefill.remote(
                 request.request_id, list(request.token_ids), sampling_dict(request.sampling)), context)
             loop.wake()
+            self._record_lookup(request, admitted)
             emitted, finished_sim = await waiter.future
         finally:
             self._waiting.pop(request.request_id, None)
@@ -95,9 +99,14 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             pacing_lag_s=waiter.lag_s, finish_reason="stop" if emitted.finish_reason == "stop" else "",
         )
 
-    async def Load(self, request: prefill_pb2.LoadRequest, context: grpc.aio.ServicerContext
-                   ) -> prefill_pb2.LoadReply:
-        return prefill_pb2.LoadReply()
+    def _record_lookup(self, request: prefill_pb2.PrefillRequest, admitted: Admitted) -> None:
+        """Where the prompt's KV came from, and its reused tokens, in this process's metrics."""
+        found = {"rank_hbm": admitted.local_hit_tokens, "pool_hbm": admitted.pool_hbm_tokens,
+                 "pool_dram": admitted.pool_dram_tokens}
+        found["miss"] = len(request.token_ids) - sum(found.values())
+        self.metrics.observe_prefix_lookup(RankKey(request.instance, request.dp_rank, "prefill"), found)
+        self.metrics.ranks.record_instance_tokens(request.instance, "prefill",
+                                                  {"cached": len(request.token_ids) - found["miss"]})
 
     async def Health(self, request: prefill_pb2.WorkerHealthRequest, context: grpc.aio.ServicerContext
                      ) -> prefill_pb2.WorkerHealthReply:

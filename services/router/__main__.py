@@ -59,6 +59,7 @@ def follow_kv_events(core: RouterCore, redis_url: str, stop: threading.Event) ->
     """Feed the router's prefix index from the Redis Stream (replays what is kept on start)."""
     client = redis.Redis.from_url(redis_url)
     reader = kvevents.KVEventReader(client)
+    gaps = 0
     while not stop.is_set():
         try:
             events = reader.read_batch(count=1000, block_ms=200)
@@ -66,7 +67,8 @@ def follow_kv_events(core: RouterCore, redis_url: str, stop: threading.Event) ->
             stop.wait(0.5)
             continue
         if events:
-            core.apply_events(events)
+            core.apply_events(events, len(reader.gaps) - gaps)
+            gaps = len(reader.gaps)
 
 
 async def wait_workers_ready(prefill: str, decode: str, flag: dict[str, bool]) -> None:
@@ -85,18 +87,18 @@ async def wait_workers_ready(prefill: str, decode: str, flag: dict[str, bool]) -
         await asyncio.sleep(2.0 if ok else 0.2)
 
 
-def build_core(cfg: Config, timing: TimingModel) -> RouterCore:
+def build_core(cfg: Config, timing: TimingModel, metrics: ProcessMetrics) -> RouterCore:
     cost = LayoutCost(timing)
     router = Router.from_config(cfg.routing, cost=cost)
     return RouterCore(instances(cfg, "prefill"), instances(cfg, "decode"), router,
-                      cfg.engine.block_size, cost=cost)
+                      cfg.engine.block_size, metrics, cost=cost)
 
 
 async def serve(args: argparse.Namespace) -> None:
     cfg = load_config(args.config)
     timing = TimingModel.from_section(cfg.timing)
-    core = build_core(cfg, timing)
     metrics = ProcessMetrics(cfg.engine.model_id)
+    core = build_core(cfg, timing, metrics)
     metrics.front_door.time_scale.set(cfg.cluster.time_scale)
     orchestrator = Orchestrator(core, args.prefill, args.decode, cfg.engine.model_id, cfg.engine.block_size)
     flag = {"ready": False}

@@ -10,6 +10,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -124,6 +125,13 @@ def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(BadRequest)
     async def bad(_: Request, exc: BadRequest) -> JSONResponse:
         return JSONResponse(error_body(str(exc), exc.param, exc.code), status_code=exc.status)
+
+    @app.exception_handler(grpc.aio.AioRpcError)
+    async def worker_failed(_: Request, exc: grpc.aio.AioRpcError) -> JSONResponse:
+        if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # the worker named the bad field
+            return JSONResponse(error_body(exc.details() or "invalid request"), status_code=400)
+        return JSONResponse(error_body(f"worker unavailable: {exc.code().name}", kind="server_error"),
+                            status_code=503)
 
     @app.exception_handler(StarletteHTTPException)
     async def http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -97,6 +97,7 @@ class Orchestrator:
                 request_id=trip.request_id, instance=decision.prefill_instance,
                 dp_rank=decision.prefill_rank, token_ids=prompt, sampling=params))
         self._account_prefill(trip, reply)
+        self.router.record_delivery(decision, trip.cached_tokens)
         if reply.finish_reason or sampling.max_tokens == 1:  # the first token ends it: no decode
             trip.token_times_s.append(trip.queue_s + trip.prefill_s)
             trip.completion_tokens = 1

@@ -9,11 +9,13 @@ places the decode rank (fewest active KV blocks).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from rackserve.kv.events import KVEvent
+from rackserve.metrics import ProcessMetrics, RankKey
 from rackserve.routing.cost import CostModel
 from rackserve.routing.router import Router
 from rackserve.routing.view import ClusterView, NoRankAvailable, RankState, RequestView
@@ -49,8 +51,9 @@ class RouterCore:
     """Thread-safe: the HTTP front door and the gRPC Route service share one."""
 
     def __init__(self, prefill: list[InstanceSpec], decode: list[InstanceSpec], router: Router,
-                 block_size: int, cost: CostModel | None = None) -> None:
+                 block_size: int, metrics: ProcessMetrics, cost: CostModel | None = None) -> None:
         self.router = router
+        self.metrics = metrics
         self.block_size = block_size
         self.cost = cost
         self._lock = threading.Lock()
@@ -69,16 +72,33 @@ class RouterCore:
 
     def route(self, request_id: str, prompt: list[int], hashes: list[int]) -> Route:
         request = RequestView(tuple(hashes), len(prompt), self.block_size, request_id)
+        started = time.perf_counter()
         with self._lock:  # the index is fed from the KV-event thread
             decision = self.router.route(request, ClusterView(tuple(self._ranks.values())))
         if decision.decode_instance is None or decision.decode_dp_rank is None:
             raise NoRankAvailable("cluster: no decode rank")
+        m = self.metrics.router
+        m.decision_latency.labels(policy=decision.policy).observe(time.perf_counter() - started)
+        rank = RankKey(decision.instance, decision.dp_rank, "prefill")
+        m.decisions.labels(policy=decision.policy, **rank.labels()).inc()
         return Route(request_id, decision.instance, decision.dp_rank, decision.decode_instance,
                      decision.decode_dp_rank, decision.predicted.total, decision.policy)
 
-    def apply_events(self, events: list[KVEvent]) -> None:
+    def apply_events(self, events: list[KVEvent], new_gaps: int = 0) -> None:
         with self._lock:
             self.router.index.apply_all(events)
+            blocks, stale = len(self.router.index), len(self.router.index.stale_publishers())
+        m = self.metrics.router
+        for event in events:
+            m.events.labels(kind=event.kind).inc()
+        m.event_gaps.inc(new_gaps)
+        m.index_blocks.set(blocks)
+        m.stale_publishers.set(stale)
+
+    def record_delivery(self, route: Route, delivered_hit_tokens: int) -> None:
+        """Predicted (at routing) vs delivered (by the prefill rank) cached tokens."""
+        rank = RankKey(route.prefill_instance, route.prefill_rank, "prefill")
+        self.metrics.cache.record_decision_outcome(rank, route.predicted_hit_tokens, delivered_hit_tokens)
 
     def _adjust(self, key: tuple[str, int], **delta: float) -> None:
         with self._lock:
