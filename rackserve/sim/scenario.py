@@ -36,6 +36,8 @@ class SimSettings(BaseModel):
     rank_cache_tokens: int = Field(40_000_000, gt=0, description="prefill rank HBM prefix cache")
     decode_kv_tokens_per_rank: int | None = Field(None, gt=0, description="decode rank KV capacity")
     kv_bytes_per_token: int = Field(KV_BYTES_PER_TOKEN, gt=0)
+    kv_block_multiple: int = Field(
+        1, gt=0, description="track KV in groups of this many target blocks (1 = exact; 8 = 512 tokens, faster)")
     horizon_s: float | None = Field(None, gt=0, description="ignore arrivals after this time")
 
 

@@ -64,7 +64,11 @@ class Simulator:
         self.source = source
         self.progress = progress
         cfg = scenario.config
-        self.block_tokens = cfg.timing.target_block_tokens
+        # KV is tracked per group of `kv_block_multiple` target blocks: the group's last chained hash
+        # names the whole prefix, so grouping only coarsens hit granularity (a speed knob).
+        self.group = scenario.sim.kv_block_multiple
+        self.target_block_tokens = cfg.timing.target_block_tokens
+        self.block_tokens = self.target_block_tokens * self.group
         self.now = 0.0
         self.metrics = MetricsCollector()
         self.queue = EventQueue()
@@ -139,6 +143,9 @@ class Simulator:
                 self.queue.push(new)
         return self._result(time.perf_counter() - wall)
 
+    def _hashes(self, req: Request) -> tuple[int, ...]:
+        return req.block_hashes if self.group == 1 else req.block_hashes[self.group - 1 :: self.group]
+
     def _followups(self, req: Request, now: float) -> list[Event]:
         if self.progress is not None:
             self.progress(self.metrics.completed + self.metrics.rejected, self.metrics.arrivals)
@@ -150,7 +157,7 @@ class Simulator:
         if horizon is not None and now > horizon:
             return []
         self.metrics.on_arrival(now)
-        view = RequestView(req.block_hashes, req.prompt_tokens, self.block_tokens, str(req.req_id))
+        view = RequestView(self._hashes(req), req.prompt_tokens, self.block_tokens, str(req.req_id))
         decision = self.router.route(view, self._cluster())
         p_idx, _ = self._where[decision.instance]
         d_idx, _ = self._where[decision.decode_instance]
@@ -162,7 +169,7 @@ class Simulator:
         if not inst.ranks[decision.dp_rank].admit(seq):
             self.metrics.rejected += 1
             return self._followups(req, now)
-        flight.decode_blocks = math.ceil((req.prompt_tokens + req.output_tokens) / self.block_tokens)
+        flight.decode_blocks = math.ceil((req.prompt_tokens + req.output_tokens) / self.target_block_tokens)
         self._update(decision.key, queued_tokens=req.prompt_tokens - cached, queued_work_s=flight.queued_work_s)
         self._update((decision.decode_instance, decision.decode_dp_rank),
                      active_decode_blocks=flight.decode_blocks, running_seqs=1)
@@ -180,7 +187,7 @@ class Simulator:
         def start(seq: Sequence) -> None:
             flight: Flight = seq.payload
             req = flight.request
-            hit = self.kv.delivered_hit(key, req.block_hashes, req.prompt_tokens, self.now)
+            hit = self.kv.delivered_hit(key, self._hashes(req), req.prompt_tokens, self.now)
             flight.delivered = hit
             flight.prefill_start = self.now
             seq.computed_tokens = hit.total
@@ -210,7 +217,7 @@ class Simulator:
 
     def _prefilled(self, now: float, key: tuple[str, int], flight: Flight) -> Event:
         req = flight.request
-        self.kv.store(key, req.block_hashes, flight.delivered.total // self.block_tokens, now)
+        self.kv.store(key, self._hashes(req), flight.delivered.total // self.block_tokens, now)
         self._update(key, queued_tokens=-(req.prompt_tokens - flight.predicted.total),
                      queued_work_s=-flight.queued_work_s)
         flight.prefill_end = now
