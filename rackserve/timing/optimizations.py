@@ -10,7 +10,8 @@ Each switch changes the cost through its mechanism inside step_cost.py (never a 
   fp8xfp4-k64       SM107 K64 FP8xFP4 MMA: routed experts run at the FP4 rate instead of FP8.
   fp4-indexer       K128 FP4 MMA in the sparse-attention indexer (FP4 rate instead of FP8).
   attn-overlap      MegaAttn: tensor cores do not wait on loads (max(load, math), not partly summed).
-  split-k           decode GEMMs split K across the cluster so every SM streams weights.
+  split-k           decode GEMMs split K across the cluster so every SM streams weights (the
+                    baseline is a library split-K heuristic, as calibrated on the H200).
   sentinel-combine  combine waits on a sentinel instead of a barrier (one NVLink latency less).
   tp8-packed-fp4    TP8: packed FP4 weight stages, 11 pipeline stages instead of 7 (more bytes in flight).
   shared-in-routed  shared expert packed into the routed GEMM below 16 rows (one kernel less).

@@ -37,7 +37,7 @@ def gemm_time(
     weight_dtype: str,
     math_dtype: str | None = None,
     groups: int = 1,
-    split_k: bool = True,
+    cluster_split_k: bool = False,
     domain: float = 1.0,
 ):
     """Dense GEMM (m tokens) x (k x n weights), `groups` independent ones: (time, t_compute, t_memory).
@@ -52,10 +52,11 @@ def gemm_time(
     bytes_ = groups * (k * n * hw.stored_bytes(weight_dtype) + m * k * act + m * n * 2.0)
     col_tiles = np.ceil(np.asarray(n, dtype=np.float64) / CTA_TILE) * groups
     ctas = np.ceil(np.maximum(m, 1.0) / CTA_TILE) * col_tiles
-    if split_k:  # K split in 256-deep slices until every SM has work
-        ctas = np.maximum(
-            ctas, np.minimum(hw.sm_count, col_tiles * np.maximum(1, np.asarray(k) // 256))
-        )
+    # library split-K (cuBLAS-like, as calibrated on the H200): K in 256-deep slices, at most one CTA
+    # per SM; cluster split-K (the Rubin decode GEMM) always spreads the weights over every SM
+    ctas = np.maximum(ctas, np.minimum(hw.sm_count, col_tiles * np.maximum(1, np.asarray(k) // 256)))
+    if cluster_split_k:
+        ctas = np.maximum(ctas, hw.sm_count)
     stream_bw = np.minimum(ctas, hw.sm_count) * hw.microarch.per_sm_bw_bytes_per_s
     bw = np.minimum(hw.hbm_bw_bytes_per_s * hw.efficiency.gemm_memory * domain, stream_bw)
     t, t_c, t_m = roofline(flops, bytes_, hw.peak(math) * hw.gemm_eff(math), bw)

@@ -244,7 +244,7 @@ def _token_attention(ctx: CostContext, lay: Layout, phase: str, lg: LayerGroups,
                      tokens: np.ndarray, parts: Parts) -> None:
     """Projections (attention + indexer), mHC residual traffic and the TP all-reduces."""
     hw, m, o = ctx.hw, ctx.model, ctx.opts
-    split_k = o.split_k or phase == "prefill"
+    split_k = o.split_k
     layers = lg.layers[gi]
     for mat in m.attention.matrices:
         _dense(ctx, "attn_proj", tokens, mat, lay.tp, split_k, layers, parts)
@@ -287,7 +287,7 @@ def _dense(
         mat.k,
         weight_dtype=ctx.model.dense_dtype,
         groups=groups,
-        split_k=split_k,
+        cluster_split_k=split_k,
         domain=domain_bw_factor(ctx.hw, False),
     )
     parts.add(name, t, tc, tm, times=layers)
@@ -307,15 +307,15 @@ def _moe_part(
 ) -> None:
     hw, m, o = ctx.hw, ctx.model, ctx.opts
     moe = m.moe
-    split_k = o.split_k or phase == "prefill"
+    split_k = o.split_k
     if lg.dense_layers[gi]:
         inter = moe.dense_intermediate // lay.tp
         for p in (parts, crit):
             src = tokens if p is parts else tokens.max(keepdims=True)
             a = gemm_time(
-                hw, src, 2 * inter, m.hidden, weight_dtype=moe.shared_dtype, split_k=split_k
+                hw, src, 2 * inter, m.hidden, weight_dtype=moe.shared_dtype, cluster_split_k=split_k
             )
-            b = gemm_time(hw, src, m.hidden, inter, weight_dtype=moe.shared_dtype, split_k=split_k)
+            b = gemm_time(hw, src, m.hidden, inter, weight_dtype=moe.shared_dtype, cluster_split_k=split_k)
             p.add("dense_mlp", a[0] + b[0], a[1] + b[1], a[2] + b[2], times=lg.dense_layers[gi])
     n_moe = lg.moe_layers[gi]
     if n_moe == 0 or tokens.sum() == 0:
@@ -432,7 +432,7 @@ def _moe_rank(
     )
     p.add("moe_gemm", t, tc, tm, times=n_moe)
     # gate: router GEMM + sqrt-softplus scoring (MegaGate scores only candidate experts after a bound)
-    g, gc, gm = gemm_time(hw, own, moe.experts, m.hidden, weight_dtype="bf16", split_k=split_k)
+    g, gc, gm = gemm_time(hw, own, moe.experts, m.hidden, weight_dtype="bf16", cluster_split_k=split_k)
     evaluated = moe.experts * (moe.megagate_candidate_fraction if o.megagate else 1.0)
     bound = moe.experts * 2.0 if o.megagate else 0.0
     elem = own * (evaluated * moe.gate_flops_per_expert + bound) / hw.peak_flops.vector_fp32
@@ -450,8 +450,8 @@ def _shared_expert(
     if moe.shared_experts == 0:
         return
     inter = moe.shared_experts * moe.intermediate // lay.tp
-    a = gemm_time(hw, own, 2 * inter, m.hidden, weight_dtype=moe.shared_dtype, split_k=split_k)
-    b = gemm_time(hw, own, m.hidden, inter, weight_dtype=moe.shared_dtype, split_k=split_k)
+    a = gemm_time(hw, own, 2 * inter, m.hidden, weight_dtype=moe.shared_dtype, cluster_split_k=split_k)
+    b = gemm_time(hw, own, m.hidden, inter, weight_dtype=moe.shared_dtype, cluster_split_k=split_k)
     t, tc, tm = a[0] + b[0], a[1] + b[1], a[2] + b[2]
     if o.shared_in_routed:
         # packed into the routed GEMM: no own kernels, its tiles streamed by SMs the routed GEMM leaves idle
@@ -488,7 +488,7 @@ def _lm_head(ctx, lay: Layout, phase: str, ga: GroupArrays, parts: Parts) -> Non
     rows = ga.tokens if phase == "decode" else ga.seqs
     t, tc, tm = gemm_time(
         ctx.hw, rows, m.vocab // lay.tp, m.hidden, weight_dtype=m.lm_head_dtype,
-        split_k=o.split_k or phase == "prefill", domain=domain_bw_factor(ctx.hw, o.domain_local),
+        cluster_split_k=o.split_k, domain=domain_bw_factor(ctx.hw, o.domain_local),
     )
     parts.add("lm_head", t, tc, tm)
 
