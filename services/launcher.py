@@ -85,12 +85,18 @@ class Cluster:
 
     def spawn(self, name: str, args: list[str]) -> Child:
         log_path = self.log_dir / f"{name}.log"
+        env = {**os.environ, **(RAY_ENV if self.ray_is_local else {})}
         with open(log_path, "ab") as log:
             proc = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env={**os.environ, **RAY_ENV})
+                                    stdin=subprocess.DEVNULL, env=env)
         child = Child(name, proc, log_path)
         self.children.append(child)
         return child
+
+    @property
+    def ray_is_local(self) -> bool:
+        """True when this launcher runs the Ray head itself (then every Ray socket is loopback)."""
+        return not (self.ray_address or self.cfg.cluster.ray_address)
 
     def start(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -38,13 +38,15 @@ RayRankWorker = ray.remote(RankWorker)
 
 
 def join_ray(address: str | None) -> None:
-    """Join the cluster at `address` (the launcher's head, or a multi-node cluster)."""
-    for key, value in LOCAL_RAY_ENV.items():
-        os.environ.setdefault(key, value)
+    """Join the cluster at `address` (the launcher's head, or a multi-node cluster). On loopback
+    every Ray socket binds 127.0.0.1; a multi-node cluster keeps the environment it was given."""
+    if address is None or address.startswith(("127.", "localhost")):
+        for key, value in LOCAL_RAY_ENV.items():
+            os.environ.setdefault(key, value)
     for attempt in range(JOIN_ATTEMPTS):  # a loaded machine may take a while to answer
         try:
             ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {k: os.environ[k] for k in LOCAL_RAY_ENV}})
+                     runtime_env={"env_vars": {k: os.environ[k] for k in LOCAL_RAY_ENV if k in os.environ}})
             return
         except ConnectionError:
             if attempt == JOIN_ATTEMPTS - 1:
