@@ -19,7 +19,7 @@ from services.prometheus_server import PrometheusServer, binary
 from services.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
-BENCH_REQUESTS = 16
+BENCH_REQUESTS = 24
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def bench_run(obs_cluster, prometheus, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     trace = small_trace(out / "trace.jsonl", BENCH_REQUESTS)
     cmd = [sys.executable, "-m", "services.bench", "--url", obs_cluster.base_url, "--trace", str(trace),
-           "--length-scale", "0.25", "--concurrency", "4", "--save-result", "--result-dir", str(out),
+           "--length-scale", "0.25", "--concurrency", "8", "--save-result", "--result-dir", str(out),
            "--result-filename", "result.json", "--plot", str(out / "plots"), "--no-progress"]  # fmt: skip
     started = time.monotonic()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -9,6 +9,7 @@ import time
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.observability.conftest import BENCH_REQUESTS
 from tests.integration.observability.test_bench_summary import VLLM_FIELDS
@@ -98,3 +99,49 @@ def test_rank_series_carry_instance_dp_rank_role(prometheus, bench_run):
         assert labels["instance"].startswith(labels["role"]), (
             "our `instance` label survived the scrape"
         )
+
+
+def test_idle_time_is_zero_for_one_rank_and_positive_for_lockstep_ranks(prometheus, bench_run):
+    """TP8 decode is one DP rank (nobody to wait for); Wide-EP's 4 ranks wait for the busiest one."""
+    q = "rackserve_rank_idle_seconds_total"
+    series = _poll(prometheus, [q], 30.0)[q]
+    idle = {(s["metric"]["instance"], s["metric"]["dp_rank"]): float(s["value"][1]) for s in series}
+    single = {k: v for k, v in idle.items() if k[0].startswith("decode-tp8")}
+    lockstep = {k: v for k, v in idle.items() if k[0].startswith("decode-wide-ep")}
+    assert single, f"the TP8 instance took no step: {sorted(idle)}"
+    assert all(v == 0 for v in single.values()), single
+    assert len(lockstep) == 4 and sum(lockstep.values()) > 0, lockstep
+
+
+def _counter_sum(base_url: str, name: str) -> float:
+    text = httpx.get(f"{base_url}/metrics", timeout=10.0).text
+    return sum(
+        s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name
+    )
+
+
+def _complete(base_url: str, prompt: list[int]) -> dict:
+    model = httpx.get(f"{base_url}/v1/models", timeout=10.0).json()["data"][0]["id"]
+    body = {"model": model, "prompt": prompt, "max_tokens": 2, "temperature": 0, "ignore_eos": True}
+    resp = httpx.post(f"{base_url}/v1/completions", json=body, timeout=120.0)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def test_predicted_and_delivered_cached_tokens_agree_on_a_clean_run(bench_run):
+    """One request stores its prefix; once the router has applied those KV events, a second request
+    sharing the prefix is predicted exactly the cached tokens the prefill rank then reuses."""
+    base = bench_run["url"]
+    prefix = [(7 * i + 3) % 256 for i in range(96)]
+    _complete(base, [*prefix, 1, 2, 3])
+    index = "rackserve_router_index_blocks"
+    end, before = time.monotonic() + 30.0, _counter_sum(base, index)
+    while _counter_sum(base, index) <= before and time.monotonic() < end:
+        time.sleep(0.2)
+    pred0 = _counter_sum(base, "rackserve_router_predicted_cached_tokens_total")
+    deliv0 = _counter_sum(base, "rackserve_delivered_cached_tokens_total")
+    reply = _complete(base, [*prefix, 4, 5, 6])
+    pred = _counter_sum(base, "rackserve_router_predicted_cached_tokens_total") - pred0
+    deliv = _counter_sum(base, "rackserve_delivered_cached_tokens_total") - deliv0
+    assert deliv == reply["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    assert pred == deliv
