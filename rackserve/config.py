@@ -95,8 +95,22 @@ class EngramSection(Section):
 
 
 class RoutingSection(Section):
+    """Router policy by name (rackserve.routing registry) and the knobs of the comparison policies."""
+
     policy: str = "least-uncached-work"
     seed: int = 0
+    overlap_score_weight: float = Field(1.0, ge=0, description="dynamo-kv: prefill-block weight")
+    temperature: float = Field(0.0, ge=0, description="dynamo-kv: softmax temperature, 0 = argmin")
+    prefix_hash_blocks: int = Field(4, gt=0, description="prefix-hash: leading blocks hashed")
+
+    @model_validator(mode="after")
+    def _known_policy(self) -> RoutingSection:
+        from rackserve.routing.policy import policy_names  # the registry lives with the policies
+
+        if self.policy not in policy_names():
+            known = ", ".join(policy_names())
+            raise ValueError(f"policy: unknown policy {self.policy!r}; known: {known}")
+        return self
 
 
 class ClusterSection(Section):

@@ -12,17 +12,21 @@ from collections.abc import Iterator
 from rackserve.routing.cost import CostModel
 from rackserve.routing.match import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
-from rackserve.routing.view import ClusterView, PrefixHit, RankKey, RankState, RequestView, Scored
+from rackserve.routing.view import ClusterView, RankKey, RankState, RequestView, Scored
 
 
-def uncached_work_s(cost: CostModel, layout: str, hit: PrefixHit, prompt_tokens: int) -> float:
-    """Seconds of new work a request adds on a rank of `layout` that would find `hit` cached."""
-    cached = hit.total
+def uncached_work_s(
+    cost: CostModel, layout: str, hit: tuple[int, int, int], prompt_tokens: int
+) -> float:
+    """Seconds of new work a request adds on a rank of `layout` that would find `hit` cached:
+    (rank HBM, pool spare-HBM, pool DRAM) tokens, as PrefixMatch.tokens gives them."""
+    rank_hbm, pool_hbm, pool_dram = hit
+    cached = rank_hbm + pool_hbm + pool_dram
     seconds = cost.prefill_estimate_s(layout, prompt_tokens - cached, cached)
-    if hit.pool_hbm:
-        seconds += cost.kv_transfer_s(hit.pool_hbm, "pool_hbm")
-    if hit.pool_dram:
-        seconds += cost.kv_transfer_s(hit.pool_dram, "pool_dram")
+    if pool_hbm:
+        seconds += cost.kv_transfer_s(pool_hbm, "pool_hbm")
+    if pool_dram:
+        seconds += cost.kv_transfer_s(pool_dram, "pool_dram")
     return seconds
 
 
@@ -53,7 +57,7 @@ class LeastUncachedWork:
         for rank, hbm in candidates:
             work = priced.get((rank.layout, hbm))
             if work is None:
-                hit = match.hit(rank.key)
+                hit = match.tokens(hbm)
                 work = uncached_work_s(self._cost, rank.layout, hit, request.prompt_tokens)
                 priced[(rank.layout, hbm)] = work
             key = (rank.queued_work_s + work, rank.load_order)

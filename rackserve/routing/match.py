@@ -27,11 +27,18 @@ class PrefixMatch:
     def hit(self, key: RankKey) -> PrefixHit:
         """Cached tokens by tier if the request runs on rank `key`, capped at prompt - 1 tokens
         (the last prompt token is always computed)."""
-        hbm = self.rank_blocks.get(key, 0)
-        pool_hbm, pool_dram = self.pool_runs.get(hbm, (0, 0))
-        room = max(0, self.prompt_tokens - 1)
+        return PrefixHit(*self.tokens(self.rank_blocks.get(key, 0)))
+
+    def tokens(self, hbm_blocks: int) -> tuple[int, int, int]:
+        """(rank HBM, pool spare-HBM, pool DRAM) cached tokens of a rank holding `hbm_blocks`
+        leading blocks in its HBM, as plain ints (what `hit` wraps)."""
+        pool_hbm, pool_dram = self.pool_runs.get(hbm_blocks, (0, 0))
+        room = self.prompt_tokens - 1 if self.prompt_tokens > 0 else 0
         bs = self.block_size
-        t_hbm = min(hbm * bs, room)
-        t_phbm = min(pool_hbm * bs, room - t_hbm)
-        t_pdram = min(pool_dram * bs, room - t_hbm - t_phbm)
-        return PrefixHit(t_hbm, t_phbm, t_pdram)
+        t_hbm = hbm_blocks * bs
+        if t_hbm >= room:
+            return (room, 0, 0)
+        t_phbm = pool_hbm * bs
+        if t_hbm + t_phbm >= room:
+            return (t_hbm, room - t_hbm, 0)
+        return (t_hbm, t_phbm, min(pool_dram * bs, room - t_hbm - t_phbm))

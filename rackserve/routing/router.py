@@ -27,7 +27,14 @@ class Router:
 
     @classmethod
     def from_config(cls, section: RoutingSection, cost: CostModel | None = None) -> Router:
-        return cls(make_policy(section.policy, PolicySettings(cost=cost, seed=section.seed)))
+        settings = PolicySettings(
+            cost=cost,
+            seed=section.seed,
+            overlap_score_weight=section.overlap_score_weight,
+            temperature=section.temperature,
+            prefix_hash_blocks=section.prefix_hash_blocks,
+        )
+        return cls(make_policy(section.policy, settings))
 
     def route(self, request: RequestView, cluster: ClusterView) -> Decision:
         """Pick a prefill rank (by policy) and a decode rank (least active blocks) for `request`;

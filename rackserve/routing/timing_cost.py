@@ -41,17 +41,16 @@ class PrefillTable:
     def __call__(self, new_tokens: int, cached_tokens: int) -> float:
         if new_tokens <= 0:
             return 0.0
-        i, tx = _cell(self.new_grid, new_tokens)
-        j, ty = _cell(self.cached_grid, cached_tokens)
+        new_grid, cached_grid = self.new_grid, self.cached_grid
+        i = bisect.bisect_right(new_grid, new_tokens, 0, len(new_grid) - 1) - 1
+        j = bisect.bisect_right(cached_grid, cached_tokens, 0, len(cached_grid) - 1) - 1
+        i, j = i if i > 0 else 0, j if j > 0 else 0  # below the grid: extrapolate the first cell
+        tx = (new_tokens - new_grid[i]) / (new_grid[i + 1] - new_grid[i])
+        ty = (cached_tokens - cached_grid[j]) / (cached_grid[j + 1] - cached_grid[j])
         t0, t1 = self.table[i], self.table[i + 1]
         low = t0[j] + (t0[j + 1] - t0[j]) * ty
         high = t1[j] + (t1[j + 1] - t1[j]) * ty
         return low + (high - low) * tx
-
-
-def _cell(grid: tuple[int, ...], x: int) -> tuple[int, float]:
-    i = min(max(bisect.bisect_right(grid, x) - 1, 0), len(grid) - 2)
-    return i, (x - grid[i]) / (grid[i + 1] - grid[i])
 
 
 class TimingCost:

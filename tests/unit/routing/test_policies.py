@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rackserve.config import RoutingSection
+from rackserve.config import RoutingSection, load_config
 from rackserve.kv.block_hash import block_hashes
 from rackserve.kv.events import EventSequencer, Publisher
 from rackserve.routing import (
@@ -58,6 +58,21 @@ def test_registry_names_and_bad_name():
         make_policy("least-uncached-work")
     with pytest.raises(ValueError, match="no-such-policy"):
         Router.from_config(RoutingSection(policy="no-such-policy"))
+    with pytest.raises(ValueError, match=r"routing.*unknown policy 'nope'"):
+        load_config(environ={"RACKSERVE_ROUTING__POLICY": "nope"})
+
+
+def test_config_knobs_reach_the_policy(idle_cluster):
+    section = load_config(
+        environ={"RACKSERVE_ROUTING__POLICY": "dynamo-kv", "RACKSERVE_ROUTING__TEMPERATURE": "5"}
+    ).routing
+    r = Router.from_config(section)
+    _cache(r, "p1", 0, 8)
+    picks = Counter(r.route(REQ, idle_cluster).key for _ in range(400))
+    assert len(picks) == 4  # hot temperature: every rank gets some
+    cold = Router.from_config(RoutingSection(policy="dynamo-kv"))
+    _cache(cold, "p1", 0, 8)
+    assert {cold.route(REQ, idle_cluster).key for _ in range(50)} == {("p1", 0)}
 
 
 # ---- least-uncached-work ----------------------------------------------------------------------
@@ -239,7 +254,9 @@ def test_luw_pick_equals_brute_force_argmin(cost, rows, pool_hbm, pool_dram):
     pick = make_policy("least-uncached-work", PolicySettings(cost=cost)).choose(REQ, cluster, match)
 
     def brute_key(r: RankState):
-        work = uncached_work_s(cost, r.layout, match.hit(r.key), REQ.prompt_tokens)
+        work = uncached_work_s(
+            cost, r.layout, match.tokens(blocks.get(r.key, 0)), REQ.prompt_tokens
+        )
         return (r.queued_work_s + work, r.load_order)
 
     want = min((r for r in ranks if r.healthy), key=brute_key)
