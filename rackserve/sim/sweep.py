@@ -56,7 +56,8 @@ def run_grid(points: Sequence[GridPoint], num_cpus: int = 2) -> list[dict]:
         os.environ.setdefault(key, value)
     import ray  # the sweep's process boundary: the core simulator stays free of Ray
 
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    # address="local": always our own instance, never another process's cluster on this machine
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     try:
         task = ray.remote(num_cpus=1)(run_point)
         return ray.get([task.remote(p) for p in points])
