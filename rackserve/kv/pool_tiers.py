@@ -157,7 +157,7 @@ class PoolTiers:
         self._reserved = dict.fromkeys(POOL_TIERS, 0)
         self._actual_used = 0  # actual bytes, committed + reserved
         self._pending: dict[int, _Pending] = {}
-        self._txns: dict[int, list[int]] = {}
+        self._txns: dict[int, dict[int, None]] = {}  # txn -> hashes still reserved (ordered)
         self._txn_heap: list[tuple[float, int]] = []
         self._leases: dict[int, tuple[int, ...]] = {}
         self._lease_heap: list[tuple[float, int]] = []
@@ -223,7 +223,7 @@ class PoolTiers:
         self.counters.puts += 1
         self.counters.put_blocks += len(blocks)
         if booked:
-            self._txns[txn] = booked
+            self._txns[txn] = dict.fromkeys(booked)
             heapq.heappush(self._txn_heap, (expires_at, txn))
         return Reservation(txn, tuple(statuses), tuple(tiers), expires_at)
 
@@ -244,16 +244,19 @@ class PoolTiers:
         self._reserved[tier] += charge
         return "reserved", tier
 
-    def commit(self, txn: int, now: float) -> tuple[int, ...]:
-        """Make a reservation's blocks visible (they enter their tier as most recently used).
-        Returns the hashes committed: none if the reservation expired first (the caller's bytes
-        are then orphans; see `is_known`)."""
+    def commit(self, txn: int, now: float, hashes: list[int] | None = None) -> tuple[int, ...]:
+        """Make a reservation's blocks visible (they enter their tier as most recently used):
+        all of them, or only `hashes` (a writer may commit in parts; the rest stay reserved).
+        Returns the hashes committed; a reservation that expired first commits nothing (the
+        caller's bytes are then orphans; see `is_known`)."""
         self.expire(now)
-        hashes = self._txns.pop(txn, None)
-        if hashes is None:
+        booked = self._txns.get(txn)
+        if booked is None:
             return ()
+        chosen = list(booked) if hashes is None else [h for h in hashes if h in booked]
         committed: list[int] = []
-        for h in hashes:
+        for h in chosen:
+            del booked[h]
             pending = self._pending.pop(h, None)
             if pending is None or pending.txn != txn:
                 continue
@@ -263,6 +266,8 @@ class PoolTiers:
             self._lru[block.tier][h] = block
             self._emit("stored", block.tier, h, block.parent_hash)
             committed.append(h)
+        if not booked:
+            del self._txns[txn]
         self.counters.committed_blocks += len(committed)
         return tuple(committed)
 
@@ -274,7 +279,7 @@ class PoolTiers:
 
     def abort(self, txn: int) -> tuple[int, ...]:
         """Release a reservation (the caller could not write the bytes). Returns its hashes."""
-        hashes = self._txns.pop(txn, [])
+        hashes = self._txns.pop(txn, {})
         released = [h for h in hashes if h in self._pending and self._pending[h].txn == txn]
         for h in released:
             self._release_pending(self._pending.pop(h))

@@ -108,7 +108,7 @@ class PoolServicer(pb_grpc.KVPoolServicer):
     def BatchPutCommit(self, request: pb.CommitRequest, context: grpc.ServicerContext) -> pb.CommitReply:
         written = validate.hashes("written", request.written, self.options.max_blocks_per_request)
         with self.lock:
-            committed = self.tiers.commit(request.txn, self.clock())
+            committed = self.tiers.commit(request.txn, self.clock(), written or None)
             self._apply()
             done = set(committed)
             orphans = [h for h in written if h not in done and not self.tiers.is_known(h)]
