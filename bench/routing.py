@@ -343,6 +343,11 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "loadavg_at_end": [round(x, 1) for x in os.getloadavg()],
         },
+        "timing_note": (
+            "per call: wall and process-CPU time (cpu_*); our rounds and Dynamo's interleaved; "
+            "Dynamo row is RadixTree.find_matches only (its cost function runs in Rust, not "
+            "callable from Python), our decision rows include index lookup + policy + decode pick"
+        ),
         "workload": {
             "prefill_ranks": INSTANCES * 2,
             "block_tokens": BLOCK,
