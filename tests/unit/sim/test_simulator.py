@@ -62,7 +62,7 @@ def test_unbounded_pool_reaches_exactly_the_ideal_hit_rate(timing, policy):
 
 
 def test_small_pool_evicts_and_stays_below_ideal(timing):
-    reqs = _trace()
+    reqs = _trace(n=30)
     block = 890 * 64
     res = _run(_scenario(pool=(1000 * block, 2000 * block), sim={"rank_cache_tokens": 64 * 1000}), timing, reqs)
     assert res.evictions["pool_dram"] > 0 and res.evictions["rank_hbm"] > 0
@@ -108,3 +108,11 @@ def test_newcomer_joins_the_running_batch_at_the_next_step_boundary(timing):
     res = _run(_scenario(prefill=1, decode_ranks=1), timing, reqs)
     # the second request neither waits for the first to finish (~2 s) nor breaks the batch
     assert res.completed == 2 and max(res.ttft_samples) < 0.1
+
+
+def test_grouped_kv_tracking_keeps_the_hit_rate_of_512_aligned_traces(timing):
+    reqs = _trace(n=30, spacing_s=5.0)
+    exact = _run(_scenario(sim={"rank_cache_tokens": HUGE}), timing, reqs)
+    grouped = _run(_scenario(sim={"rank_cache_tokens": HUGE, "kv_block_multiple": 8}), timing, reqs)
+    assert grouped.hit_rate == pytest.approx(exact.hit_rate, abs=0.01)
+    assert grouped.hit_rate <= exact.hit_rate + 1e-12

@@ -1,0 +1,34 @@
+import json
+
+from typer.testing import CliRunner
+
+from rackserve.cli import app
+
+SCENARIO = """
+name: tiny
+deployment:
+  prefill: [{layout: dep2, count: 2}]
+  decode: [{layout: wide-ep, ranks: 4, count: 1}]
+workload: {kind: uniform, concurrency: 2, requests: 6, prompt_tokens: 3000, output_tokens: 20, shared_prefix_tokens: 1024}
+"""
+
+
+def test_sim_runs_policies_side_by_side_and_writes_json_and_plots(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SCENARIO)
+    res = CliRunner().invoke(app, ["sim", str(path), "--policy", "least-uncached-work,round-robin",
+                                   "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert "least-uncached-work" in res.output and "round-robin" in res.output and "TTFT" in res.output
+    data = json.loads((tmp_path / "out" / "tiny.json").read_text())
+    assert [r["policy"] for r in data["results"]] == ["least-uncached-work", "round-robin"]
+    assert all(r["completed"] == 6 and r["rejected"] == 0 for r in data["results"])
+    assert (tmp_path / "out" / "tiny-ttft-cdf.png").stat().st_size > 1000
+    assert (tmp_path / "out" / "tiny-throughput-vs-speed.png").stat().st_size > 1000
+
+
+def test_sim_bad_scenario_names_the_field(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(SCENARIO.replace("requests: 6", "requests: zero"))
+    res = CliRunner().invoke(app, ["sim", str(path)])
+    assert res.exit_code != 0 and "workload.requests" in res.output
