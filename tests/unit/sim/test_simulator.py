@@ -62,7 +62,7 @@ def test_unbounded_pool_reaches_exactly_the_ideal_hit_rate(timing, policy):
 
 
 def test_small_pool_evicts_and_stays_below_ideal(timing):
-    reqs = _trace(n=30)
+    reqs = _trace()
     block = 890 * 64
     res = _run(_scenario(pool=(1000 * block, 2000 * block), sim={"rank_cache_tokens": 64 * 1000}), timing, reqs)
     assert res.evictions["pool_dram"] > 0 and res.evictions["rank_hbm"] > 0
