@@ -79,6 +79,7 @@ class HardwareSpec(_Spec):
     cross_tray_latency_s: float = Field(ge=0)
     host_link_bw_bytes_per_s: float = Field(gt=0)
     host_dram_bw_bytes_per_s: float = Field(gt=0)
+    kv_block_overhead_s: float = Field(ge=0, description="per KV block moved between pool and rank")
     efficiency: Efficiency
     microarch: Microarch
 

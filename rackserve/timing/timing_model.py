@@ -77,17 +77,19 @@ class TimingModel:
         return step_cost(self._ctx, phase, layout, batch, self.kv_transfer_s)
 
     def kv_transfer_s(self, tokens: int, tier: str) -> float:
-        """Time to bring `tokens` of pooled KV from a pool tier into a rank's HBM (one block at a time
-        is pipelined: latency once per transfer, bytes at the tier's bandwidth)."""
+        """Time to bring `tokens` of pooled KV from a pool tier into a rank's HBM: latency once, bytes
+        at the tier's bandwidth, plus a small per-block cost (blocks of `block_tokens`, 64 in the
+        target deployment)."""
         if tier not in KV_TIERS:
             raise ValueError(f"tier: must be one of {KV_TIERS}, got {tier!r}")
         if tokens <= 0:
             return 0.0
         hw = self.hardware
         bytes_ = tokens * self.model.kv_bytes_per_token
+        blocks = -(-tokens // self.block_tokens) * hw.kv_block_overhead_s  # target_block_tokens per block
         if tier == "pool_hbm":
-            return float(comm.p2p_time(hw, bytes_))
-        return hw.nvlink_latency_s + bytes_ / comm.pool_dram_bw(hw)
+            return float(comm.p2p_time(hw, bytes_)) + blocks
+        return hw.nvlink_latency_s + bytes_ / comm.pool_dram_bw(hw) + blocks
 
     def pd_transfer_s(self, tokens: int) -> float:
         """Prefill rank -> decode rank: the prompt's KV plus its sliding-window buffer, over NVLink."""

@@ -45,7 +45,12 @@ def test_group_sums_match_reference():
 
 def test_vectorized_decode_sums_equal_rank_by_rank_sums():
     from rackserve.timing.batch import RankBatch
-    from rackserve.timing.batch_features import GroupArrays, _decode_arrays, code_shapes, rank_groups
+    from rackserve.timing.batch_features import (
+        GroupArrays,
+        _decode_arrays,
+        code_shapes,
+        rank_groups,
+    )
     from rackserve.timing.spec import load_model
 
     model = load_model("deepseek-v4.1-flash")

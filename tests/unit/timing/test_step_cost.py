@@ -214,9 +214,11 @@ def test_kv_and_pd_transfer(vr200):
     )
     bytes_ = 65536 * vr200.model.kv_bytes_per_token
     hw = vr200.hardware
-    assert hbm[2] == pytest.approx(
-        hw.nvlink_latency_s + bytes_ / (hw.nvlink_bw_bytes_per_s * hw.efficiency.nvlink)
-    )
+    blocks = 65536 // 64 * hw.kv_block_overhead_s  # 64-token blocks of the target deployment
+    link = hw.nvlink_bw_bytes_per_s * hw.efficiency.nvlink
+    assert hbm[2] == pytest.approx(hw.nvlink_latency_s + bytes_ / link + blocks)
+    one_more_block = vr200.kv_transfer_s(65, "pool_hbm") - vr200.kv_transfer_s(64, "pool_hbm")
+    assert one_more_block == pytest.approx(hw.kv_block_overhead_s + vr200.model.kv_bytes_per_token / link)
     assert vr200.kv_transfer_s(0, "pool_dram") == 0.0
     with pytest.raises(ValueError, match="tier"):
         vr200.kv_transfer_s(10, "disk")
