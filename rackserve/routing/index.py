@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, repeat
-from operator import and_
+from itertools import accumulate, compress, repeat
+from operator import and_, not_, or_
 
 from rackserve.kv.events import KVEvent, Publisher, Tier
 from rackserve.routing.closure import UNKNOWN_PARENT, PrefixClosure
@@ -257,30 +257,35 @@ class PrefixIndex:
         return bit
 
     def _store(self, bit: int, hashes: Sequence[int], parents: Sequence[int | None]) -> None:
+        # Per-block work runs in C (map / compress / dict.update): one store per KV event.
         content, flag, closure = self._contents[bit], 1 << bit, self._closures[bit]
-        new = [(h, p) for h, p in zip(hashes, parents, strict=True) if h not in content]
-        if not new:
-            return
-        blocks = [h for h, _ in new]
+        if content.isdisjoint(hashes):
+            blocks, given = list(hashes), list(parents)
+        else:
+            fresh = list(map(not_, map(content.__contains__, hashes)))
+            blocks, given = list(compress(hashes, fresh)), list(compress(parents, fresh))
+            if not blocks:
+                return
         content.update(blocks)
-        setparent = self._parent.setdefault
-        parents_kept = [setparent(h, p) for h, p in new]  # the first-known parent stays
-        if closure is not None:
-            table = self._rank
-            for h in blocks:
-                table[h] = table.get(h, 0) | flag
-            self._orphans += closure.added_many(blocks, parents_kept, content.__contains__)
+        kept = list(map(self._parent.setdefault, blocks, given))  # the first-known parent stays
+        if closure is None:
+            self._pool_add(blocks, kept, flag)
             return
-        self._pool_update(blocks, parents_kept, flag, add=True)
+        table = self._rank
+        news = map(or_, map(table.get, blocks, repeat(0)), repeat(flag))
+        table.update(zip(blocks, news, strict=True))
+        self._orphans += closure.added_many(blocks, kept, content.__contains__)
 
-    def _remove(self, bit: int, hashes: Iterable[int]) -> None:
+    def _remove(self, bit: int, hashes: Sequence[int]) -> None:
         content, flag, closure = self._contents[bit], 1 << bit, self._closures[bit]
-        blocks = [h for h in hashes if h in content]
+        blocks = list(compress(hashes, map(content.__contains__, hashes)))
         if not blocks:
             return
         content.difference_update(blocks)
-        parents = [self._parent[h] for h in blocks]
-        if closure is not None:
+        parents = list(map(self._parent.__getitem__, blocks))
+        if closure is None:
+            self._pool_remove(blocks, parents, flag)
+        else:
             table = self._rank
             for h in blocks:
                 left = table[h] & ~flag
@@ -289,45 +294,57 @@ class PrefixIndex:
                 else:
                     del table[h]
             self._orphans += closure.removed_many(blocks, parents, content.__contains__)
-        else:
-            self._pool_update(blocks, parents, flag, add=False)
         rank, pool, parent_of = self._rank, self._pool_mask, self._parent
         for h in blocks:
             if h not in rank and h not in pool:
                 del parent_of[h]
 
-    def _pool_update(
-        self, blocks: list[int], parents: list[int | None], flag: int, add: bool
-    ) -> None:
-        """Set or clear one pool holder's bit on `blocks`; keep the pool unions' closures and
-        the trusted tier flags in step."""
-        mask, flags = self._pool_mask, self._pool
-        hbm, dram = self._pool_bits["pool_hbm"], self._pool_bits["pool_dram"]
-        trusted = ~self._stale_bits
-        any_changed: tuple[list[int], list[int | None]] = ([], [])
-        hbm_changed: tuple[list[int], list[int | None]] = ([], [])
+    def _pool_add(self, blocks: list[int], parents: list[int | None], flag: int) -> None:
+        """Set one pool holder's bit on `blocks` (new to it): unions' closures, tier flags."""
+        mask, hbm = self._pool_mask, self._pool_bits["pool_hbm"]
+        olds = list(map(mask.get, blocks, repeat(0)))
+        mask.update(zip(blocks, map(or_, olds, repeat(flag)), strict=True))
+        entering = list(map(not_, olds))  # blocks new to the pool as a whole
+        if any(entering):
+            self._orphans += self._pool_any.added_many(
+                list(compress(blocks, entering)),
+                list(compress(parents, entering)),
+                mask.__contains__,
+            )
+        if flag & hbm:
+            entering = list(map(not_, map(and_, olds, repeat(hbm))))
+            if any(entering):
+                self._orphans += self._pool_hbm.added_many(
+                    list(compress(blocks, entering)),
+                    list(compress(parents, entering)),
+                    self._in_pool_hbm,
+                )
+        if not flag & self._stale_bits:  # a trusted holder's tier joins each block's flags
+            tier = _POOL_IN_HBM if flag & hbm else _POOL_IN_DRAM
+            flags = self._pool
+            joined = map(or_, map(flags.get, blocks, repeat(0)), repeat(tier))
+            flags.update(zip(blocks, joined, strict=True))
+
+    def _pool_remove(self, blocks: list[int], parents: list[int | None], flag: int) -> None:
+        """Clear one pool holder's bit on `blocks`: unions' closures, tier flags."""
+        mask, hbm = self._pool_mask, self._pool_bits["pool_hbm"]
+        left_pool: tuple[list[int], list[int | None]] = ([], [])
+        left_hbm: tuple[list[int], list[int | None]] = ([], [])
         for h, p in zip(blocks, parents, strict=True):
-            old = mask.get(h, 0)
-            new = old | flag if add else old & ~flag
+            old = mask[h]
+            new = old & ~flag
             if new:
                 mask[h] = new
             else:
                 del mask[h]
-            if not old or not new:
-                any_changed[0].append(h)
-                any_changed[1].append(p)
-            if bool(old & hbm) != bool(new & hbm):
-                hbm_changed[0].append(h)
-                hbm_changed[1].append(p)
-            tiers = _tier_flags(new & trusted, hbm, dram)
-            if tiers:
-                flags[h] = tiers
-            else:
-                flags.pop(h, None)
-        step_any = self._pool_any.added_many if add else self._pool_any.removed_many
-        step_hbm = self._pool_hbm.added_many if add else self._pool_hbm.removed_many
-        self._orphans += step_any(*any_changed, mask.__contains__)
-        self._orphans += step_hbm(*hbm_changed, self._in_pool_hbm)
+                left_pool[0].append(h)
+                left_pool[1].append(p)
+            if old & hbm and not new & hbm:
+                left_hbm[0].append(h)
+                left_hbm[1].append(p)
+            self._refresh_pool(h)
+        self._orphans += self._pool_any.removed_many(*left_pool, mask.__contains__)
+        self._orphans += self._pool_hbm.removed_many(*left_hbm, self._in_pool_hbm)
 
     def _in_pool_hbm(self, h: int) -> bool:
         return bool(self._pool_mask.get(h, 0) & self._pool_bits["pool_hbm"])
