@@ -262,3 +262,13 @@ def test_luw_pick_equals_brute_force_argmin(cost, rows, pool_hbm, pool_dram):
     want = min((r for r in ranks if r.healthy), key=brute_key)
     assert pick.rank == want
     assert pick.score == brute_key(want)[0]
+
+
+def test_luw_skips_an_unhealthy_cached_rank_and_short_prompts_work(cost, idle_cluster):
+    r = _router("least-uncached-work", cost)
+    _cache(r, "p1", 0, 8)
+    assert r.route(REQ, _with(idle_cluster, ("p1", 0), healthy=False)).key == ("p0", 0)
+    short = RequestView((), 9, BS)  # shorter than one block: nothing to match
+    for name in ("least-uncached-work", "dynamo-kv", "prefix-hash", "round-robin"):
+        d = _router(name, cost).route(short, idle_cluster)
+        assert d.predicted == PrefixHit() and d.key in {r.key for r in idle_cluster.prefill_ranks()}
