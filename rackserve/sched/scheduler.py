@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rackserve.sched.decode_batch import DecodeBatch
 from rackserve.sched.sequence import Sequence
 from rackserve.timing.batch import RankBatch
 
@@ -49,11 +50,12 @@ class RankScheduler:
         self.limits = limits
         self.on_start = on_start
         self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
+        self.running: list[Sequence] = []  # prefill sequences started on this rank
+        self.decoding = DecodeBatch()
         self._reserved = 0  # decode: final context (prompt + all outputs) of running sequences
 
     def __len__(self) -> int:
-        return len(self.waiting) + len(self.running)
+        return len(self.waiting) + len(self.running) + len(self.decoding)
 
     def admit(self, seq: Sequence) -> bool:
         """Queue a sequence; False (rejected) when the rank's queue is full."""
@@ -88,13 +90,17 @@ class RankScheduler:
         return self._plan(seqs, news)
 
     def schedule_decode(self) -> RankPlan:
-        self._promote_decode()
-        if not self.running:
-            return EMPTY_PLAN
-        return self._plan(list(self.running), [1] * len(self.running))
+        """Admit waiting sequences into the batch and plan one step over all of them."""
+        self.promote_decode()
+        seqs = self.decoding.sync()
+        return self._plan(seqs, [1] * len(seqs)) if seqs else EMPTY_PLAN
+
+    def decode_load(self) -> tuple[int, int]:
+        """(sequences, context tokens) of the decode batch, without walking it."""
+        return len(self.decoding), self.decoding.context_tokens
 
     def decode_steps_to_next_finish(self) -> int:
-        return min(s.decode_left for s in self.running)
+        return self.decoding.steps_to_next_finish()
 
     def commit_prefill(self, plan: RankPlan) -> list[Sequence]:
         """Apply a prefill step; return sequences whose prompt is now fully computed."""
@@ -105,16 +111,11 @@ class RankScheduler:
             self.running = [s for s in self.running if s.prefill_left > 0]
         return done
 
-    def commit_decode(self, plan: RankPlan, steps: int) -> list[Sequence]:
-        """Apply `steps` identical decode steps; return sequences that produced their last token."""
-        assert 0 < steps <= min(s.decode_left for s in plan.seqs)
-        for seq in plan.seqs:
-            seq.computed_tokens += steps
-            seq.generated += steps
-        done = [s for s in plan.seqs if s.decode_left == 0]
-        if done:
-            self.running = [s for s in self.running if s.decode_left > 0]
-            self._reserved -= sum(s.computed_tokens for s in done)
+    def commit_decode(self, steps: int) -> list[Sequence]:
+        """Apply `steps` identical decode steps of the whole batch (at most up to its next finish);
+        return sequences that produced their last token."""
+        done = self.decoding.advance(steps)
+        self._reserved -= sum(s.computed_tokens for s in done)
         return done
 
     def _start(self, seq: Sequence) -> Sequence:
@@ -122,17 +123,20 @@ class RankScheduler:
             self.on_start(seq)
         return seq
 
-    def _promote_decode(self) -> None:
+    def promote_decode(self) -> list[Sequence]:
         """Move waiting sequences into the batch while slots and KV (reserved for the whole output,
-        so a running sequence never needs preempting) allow; FCFS, no overtaking."""
+        so a running sequence never needs preempting) allow; FCFS, no overtaking. Returns them."""
         cap = self.limits.kv_tokens_capacity
-        while self.waiting and len(self.running) < self.limits.max_batch_seqs:
+        joined = []
+        while self.waiting and len(self.decoding) < self.limits.max_batch_seqs:
             seq = self.waiting[0]
             need = seq.computed_tokens + seq.decode_left
-            if cap is not None and self.running and self._reserved + need > cap:
+            if cap is not None and self.decoding and self._reserved + need > cap:
                 break
-            self.running.append(self._start(self.waiting.popleft()))
+            self.decoding.join(self._start(self.waiting.popleft()))
             self._reserved += need
+            joined.append(seq)
+        return joined
 
     def _plan(self, seqs: list[Sequence], news: list[int]) -> RankPlan:
         if not seqs:

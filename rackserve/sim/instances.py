@@ -50,3 +50,4 @@ class Leap:
     step_s: float
     cost: StepCost
     version: int
+    joined: list = field(default_factory=list)  # sequences whose first token this leap's first step makes

@@ -103,6 +103,7 @@ class SimResult:
     evictions: dict[str, int]
     events: int
     wall_s: float
+    cpu_s: float  # process CPU time of the run (wall time is noisy on a shared machine)
     ttft_samples: list[float] = field(default_factory=list, repr=False)
 
     def to_dict(self, samples: bool = False) -> dict:

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from rackserve.routing.policy import PolicySettings, make_policy
 from rackserve.routing.router import Router
 from rackserve.routing.view import ClusterView, RankState, RequestView
@@ -34,6 +36,7 @@ from rackserve.timing.batch import RankBatch, StepBatch
 from rackserve.workload.request import Request
 from rackserve.workload.source import ArrivalSource
 
+EMPTY_RANK = RankBatch.of([])
 Progress = Callable[[int, int], None]  # (requests done, arrivals so far)
 
 
@@ -53,6 +56,16 @@ class RouterCost:
 
     def kv_transfer_s(self, tokens: int, tier: str) -> float:
         return self.timing.kv_transfer_s(tokens, tier)
+
+
+def _decode_rank_batch(seqs: int, context_tokens: int, extra: int) -> RankBatch:
+    """A decode rank's step as the cost model sees it: `seqs` sequences sharing the batch's total
+    context evenly (exact for costs linear in context), each `extra` tokens further along."""
+    if seqs == 0:
+        return EMPTY_RANK
+    cached = np.full(seqs, context_tokens // seqs + extra, dtype=np.int64)
+    cached[: context_tokens % seqs] += 1
+    return RankBatch(np.ones(seqs, dtype=np.int64), cached)
 
 
 class Simulator:
@@ -132,7 +145,7 @@ class Simulator:
 
     # ---- run --------------------------------------------------------------------------------------
     def run(self) -> SimResult:
-        wall = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         for req in self.source.start():
             self.queue.push(Arrival(req.arrival_s, req))
         while self.queue:
@@ -141,7 +154,7 @@ class Simulator:
             self._events += 1
             for new in event.handle(self):
                 self.queue.push(new)
-        return self._result(time.perf_counter() - wall)
+        return self._result(time.perf_counter() - wall, time.process_time() - cpu)
 
     def _hashes(self, req: Request) -> tuple[int, ...]:
         return req.block_hashes if self.group == 1 else req.block_hashes[self.group - 1 :: self.group]
@@ -249,24 +262,27 @@ class Simulator:
         self._versions[idx] += 1
         if done <= 0:
             self._leaps[idx] = None
-            return self._start_leap(now, idx)
-        self._leaps[idx] = Leap(leap.start, done, leap.step_s, leap.cost, self._versions[idx])
+            return self._start_leap(now, idx, leap.joined)
+        self._leaps[idx] = Leap(leap.start, done, leap.step_s, leap.cost, self._versions[idx], leap.joined)
         return [DecodeLeapEnd(leap.start + done * leap.step_s, idx, self._versions[idx])]
 
-    def _start_leap(self, now: float, idx: int) -> list[Event]:
+    def _start_leap(self, now: float, idx: int, joined: list | None = None) -> list[Event]:
         inst = self.decode[idx]
-        plans = [r.schedule_decode() for r in inst.ranks]
-        busy = [p for p in plans if not p.empty]
-        if not busy:
+        joined = list(joined or [])
+        for sched in inst.ranks:
+            joined.extend(sched.promote_decode())
+        loads = [sched.decode_load() for sched in inst.ranks]
+        active = [sched for sched, (n, _) in zip(inst.ranks, loads, strict=True) if n]
+        if not active:
             inst.busy, self._leaps[idx] = False, None
             return []
-        steps = min(inst.ranks[r].decode_steps_to_next_finish() for r, p in enumerate(plans) if not p.empty)
+        steps = min(sched.decode_steps_to_next_finish() for sched in active)
         mid = (steps - 1) // 2  # context grows one token per step: charge the middle step
-        batch = StepBatch(tuple(RankBatch(p.batch.new_tokens, p.batch.cached_tokens + mid) for p in plans))
+        batch = StepBatch(tuple(_decode_rank_batch(n, ctx, mid) for n, ctx in loads))
         cost = self.timing.step_time("decode", inst.layout, batch)
         self._versions[idx] += 1
-        inst.busy, inst.plans = True, plans
-        self._leaps[idx] = Leap(now, steps, cost.total_s, cost, self._versions[idx])
+        inst.busy = True
+        self._leaps[idx] = Leap(now, steps, cost.total_s, cost, self._versions[idx], joined)
         return [DecodeLeapEnd(now + steps * cost.total_s, idx, self._versions[idx])]
 
     def on_decode_leap_end(self, now: float, idx: int, version: int) -> list[Event]:
@@ -275,15 +291,13 @@ class Simulator:
             return []  # superseded by a shorter leap
         inst = self.decode[idx]
         inst.account(leap.cost, leap.steps)
+        for seq in leap.joined:
+            seq.payload.first_token = leap.start + leap.step_s
         out: list[Event] = []
-        for sched, plan in zip(inst.ranks, inst.plans, strict=True):
-            if plan.empty:
-                continue
-            for seq in plan.seqs:
-                if seq.generated == 0:
-                    seq.payload.first_token = leap.start + leap.step_s
-            for seq in sched.commit_decode(plan, leap.steps):
-                out.extend(self._finish(now, seq.payload))
+        for sched in inst.ranks:
+            if len(sched.decoding):
+                for seq in sched.commit_decode(leap.steps):
+                    out.extend(self._finish(now, seq.payload))
         self._leaps[idx] = None
         return out + self._start_leap(now, idx)
 
@@ -297,7 +311,7 @@ class Simulator:
         self._update((self.decode[d_idx].name, rank), active_decode_blocks=-flight.decode_blocks, running_seqs=-1)
 
     # ---- result -----------------------------------------------------------------------------------
-    def _result(self, wall_s: float) -> SimResult:
+    def _result(self, wall_s: float, cpu_s: float) -> SimResult:
         m = self.metrics
         span = max(m.last_finish - (m.first_arrival if m.arrivals else 0.0), 1e-12)
         gpus = self.scenario.gpus
@@ -324,5 +338,5 @@ class Simulator:
             prefill_idle_frac=idle(self.prefill), decode_idle_frac=idle(self.decode),
             prefill_util=util(self.prefill), decode_util=util(self.decode),
             pool_occupancy=self.kv.pool_occupancy(), evictions=self.kv.evictions(),
-            events=self._events, wall_s=wall_s, ttft_samples=list(m.ttft),
+            events=self._events, wall_s=wall_s, cpu_s=cpu_s, ttft_samples=list(m.ttft),
         )

@@ -46,10 +46,11 @@ def test_decode_cap_counters_and_leap():
     p = s.schedule_decode()
     assert p.seqs == tuple(seqs[:2]) and p.new_tokens == (1, 1)
     assert s.decode_steps_to_next_finish() == 3
-    done = s.commit_decode(p, 3)
-    assert done == [seqs[0]] and seqs[1].generated == 3 and seqs[1].computed_tokens == 103
-    p = s.schedule_decode()  # the third joins the freed slot
+    done = s.commit_decode(3)
+    assert done == [seqs[0]] and seqs[0].generated == 3
+    p = s.schedule_decode()  # the third joins the freed slot; planning syncs the counters
     assert p.seqs == (seqs[1], seqs[2])
+    assert seqs[1].generated == 3 and seqs[1].computed_tokens == 103
     assert p.batch.cached_tokens.tolist() == [103, 100]
 
 
@@ -59,5 +60,22 @@ def test_decode_kv_capacity_holds_back_admission():
     s.admit(a)
     s.admit(b)
     assert s.schedule_decode().seqs == (a,)  # each reserves 110 tokens (prompt + outputs): 220 > 200
-    s.commit_decode(s.schedule_decode(), 10)
+    s.schedule_decode()
+    s.commit_decode(10)
     assert s.schedule_decode().seqs == (b,)
+
+
+def test_decode_load_tracks_context_without_walking_the_batch():
+    s = RankScheduler(SchedulerLimits(max_batch_seqs=8))
+    a, b = Sequence(1, 100, 4, computed_tokens=100), Sequence(2, 300, 9, computed_tokens=300)
+    s.admit(a)
+    s.admit(b)
+    assert s.promote_decode() == [a, b]
+    assert s.decode_load() == (2, 400)
+    assert s.commit_decode(4) == [a]
+    assert (a.generated, a.computed_tokens) == (4, 104)
+    assert s.decode_load() == (1, 304)
+    assert b.generated == 0  # lazy: not synced yet
+    plan = s.schedule_decode()
+    assert plan.seqs == (b,) and b.generated == 4 and plan.batch.cached_tokens.tolist() == [304]
+    assert s.decode_steps_to_next_finish() == 5
