@@ -7,20 +7,25 @@
 # Only features of the classic builder are used, so Docker 20.10 without BuildKit builds it.
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
+# The dependency list alone, so that editing pyproject.toml elsewhere keeps the venv layer cached.
+FROM ${BASE_IMAGE} AS requirements
+COPY pyproject.toml /tmp/
+RUN python3 -c "import tomllib; d = tomllib.load(open('/tmp/pyproject.toml', 'rb')); \
+print('\n'.join(sorted(d['project']['dependencies'] + d['build-system']['requires'])))" >/requirements.txt
+
 FROM ${BASE_IMAGE} AS build
 # 1 = install only from deploy/docker/wheels (filled by deploy/docker/fetch_wheels.sh).
 ARG OFFLINE_WHEELS=0
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
 COPY deploy/docker/wheels/ /wheels/
-COPY pyproject.toml README.md ./
+COPY --from=requirements /requirements.txt /tmp/requirements.txt
 # Dependencies first (their own layer: a source edit does not reinstall Ray).
 RUN if [ "$OFFLINE_WHEELS" = 1 ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels; fi \
  && python3 -m venv /opt/venv \
  && /opt/venv/bin/pip install -q --upgrade pip setuptools wheel \
- && /opt/venv/bin/python -c "import tomllib; d = tomllib.load(open('pyproject.toml', 'rb')); \
-print('\n'.join(d['project']['dependencies'] + d['build-system']['requires']))" >/tmp/requirements.txt \
  && /opt/venv/bin/pip install -q -r /tmp/requirements.txt
+COPY pyproject.toml README.md ./
 COPY proto/ proto/
 COPY rackserve/ rackserve/
 COPY services/ services/
