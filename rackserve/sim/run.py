@@ -46,6 +46,20 @@ def source_factory(scenario: Scenario) -> Callable[[], ArrivalSource]:
     return lambda: build_source(wl, block, model)
 
 
+def simulate(scenario: Scenario, arrivals: Sequence[Request] | ArrivalSource | None = None,
+             policy: str | None = None, timing: Any | None = None) -> SimResult:
+    """One run: `arrivals` (a request list, e.g. the live cluster's, or a source) or the scenario's
+    own workload; `policy` defaults to the scenario's routing policy."""
+    if arrivals is None:
+        source = source_factory(scenario)()
+    elif isinstance(arrivals, Sequence):
+        source = ListSource(list(arrivals))
+    else:
+        source = arrivals
+    timing = timing if timing is not None else timing_for(scenario)
+    return Simulator(scenario, timing, policy or scenario.config.routing.policy, source).run()
+
+
 def run_policies(scenario: Scenario, policies: Sequence[str], timing: Any | None = None,
                  progress: Callable[[str], Progress | None] | None = None) -> list[SimResult]:
     """Simulate `scenario` once per policy on the same arrivals; `progress(policy)` may give a callback."""

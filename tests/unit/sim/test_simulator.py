@@ -116,3 +116,12 @@ def test_grouped_kv_tracking_keeps_the_hit_rate_of_512_aligned_traces(timing):
     grouped = _run(_scenario(sim={"rank_cache_tokens": HUGE, "kv_block_multiple": 8}), timing, reqs)
     assert grouped.hit_rate == pytest.approx(exact.hit_rate, abs=0.01)
     assert grouped.hit_rate <= exact.hit_rate + 1e-12
+
+
+def test_simulate_from_scenario_and_arrival_list(timing):
+    from rackserve.sim.run import simulate
+
+    reqs = [Request(i, 0.1 * i, 1000, 8, tuple(range(i * 50, i * 50 + 15))) for i in range(5)]
+    res = simulate(_scenario(), reqs, timing=timing)
+    assert res.policy == "least-uncached-work" and res.completed == 5
+    assert simulate(_scenario(), reqs, policy="round-robin", timing=timing).policy == "round-robin"
