@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rackserve.timing.roofline import copy_time, gemm_time, grouped_gemm_time
+from rackserve.timing.roofline import attention_time, copy_time, gemm_time, grouped_gemm_time
 from rackserve.timing.spec import HardwareSpec, load_hardware
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,13 +33,19 @@ SPEC = ROOT / "rackserve/timing/specs/hardware/h200.yaml"
 PARAMS = {
     "gemm_compute_bf16": ("efficiency.gemm_compute.bf16", 0.3, 1.0),
     "gemm_compute_fp8": ("efficiency.gemm_compute.fp8", 0.3, 1.0),
-    "gemm_memory": ("efficiency.gemm_memory", 0.3, 1.0),
+    "gemm_memory": ("efficiency.gemm_memory", 0.3, 0.95),  # memory efficiencies capped at 0.95 of peak DRAM
     "grouped_compute": ("efficiency.grouped_compute", 0.2, 1.0),
-    "grouped_memory": ("efficiency.grouped_memory", 0.2, 1.0),
-    "hbm": ("efficiency.hbm", 0.2, 1.0),
+    "grouped_memory": ("efficiency.grouped_memory", 0.2, 0.95),
+    "hbm": ("efficiency.hbm", 0.2, 0.95),
     "kernel_overhead_s": ("microarch.kernel_overhead_s", 1e-7, 2e-5),
     "per_sm_bw_bytes_per_s": ("microarch.per_sm_bw_bytes_per_s", 5e9, 1e12),
 }
+# fitted separately on our Triton MQA decode kernel; reported, not written to the spec (see notes)
+ATTENTION_PARAMS = {
+    "attention_compute": ("efficiency.attention_compute", 0.01, 1.0),
+    "attention_memory": ("efficiency.attention_memory", 0.01, 1.0),
+}
+COPY_MAX_BYTES = 256 * 1024**2
 
 
 # REFERENCE's public starting points (and free-parameter starts), the fit's initial values
@@ -53,7 +59,7 @@ def with_params(hw: HardwareSpec, values: dict[str, float]) -> HardwareSpec:
     data = hw.model_dump()
     for name, value in values.items():
         node = data
-        *path, leaf = PARAMS[name][0].split(".")
+        *path, leaf = {**PARAMS, **ATTENTION_PARAMS}[name][0].split(".")
         for part in path:
             node = node[part]
         node[leaf] = value
@@ -65,6 +71,8 @@ def family(r: dict) -> str:
         return f"gemm_{r['dtype']}"
     if r["kind"] == "attention":
         return f"attention_{r['impl']}"
+    if r["kind"] == "grouped":
+        return f"grouped_{r.get('dtype', 'bf16')}"
     return r["kind"]
 
 
@@ -88,9 +96,16 @@ def _predict_family(hw: HardwareSpec, fam: str, rows: list[dict]) -> np.ndarray:
         dt = fam[5:]
         m, n, k, g = (_col(rows, x) for x in ("m", "n", "k", "groups"))
         return gemm_time(hw, m, n, k, weight_dtype=dt, math_dtype=dt, groups=g)[0]
-    if fam == "grouped":
+    if fam.startswith("grouped_"):
+        dt = fam[8:]
         e, tpe, n, k = (_col(rows, x) for x in ("experts", "tokens_per_expert", "n", "k"))
-        return grouped_gemm_time(hw, e * tpe, e * k * n * 2.0, n, k, math_dtype="bf16")[0]
+        wb = 1.0 if dt == "fp8" else 2.0
+        return grouped_gemm_time(hw, e * tpe, e * k * n * wb, n, k, math_dtype=dt, act_bytes_per_row=k * wb + n * 2.0)[0]
+    if fam == "attention_triton":
+        b, c, h, d = (_col(rows, x) for x in ("batch", "context", "heads", "head_dim"))
+        flops = 4.0 * h * d * b * c  # QK and PV over every cached position
+        t = attention_time(hw, flops, b * c * d * 2.0, math_dtype="bf16", overlap=1.0)[0]
+        return t + 6 * hw.microarch.kernel_overhead_s  # split-KV combine: 6 small torch kernels
     if fam == "copy":
         return copy_time(hw, _col(rows, "bytes_moved")) + hw.microarch.kernel_overhead_s
     if fam == "attention_bmm":
@@ -123,14 +138,14 @@ def split(measurements: list[dict]) -> tuple[list[dict], list[dict], list[dict]]
     train, test, excluded = [], [], []
     groups: dict[tuple, list[dict]] = {}
     for r in measurements:
-        if family(r) == "attention_sdpa":
+        if family(r) == "attention_sdpa" or (r["kind"] == "copy" and r["bytes"] > COPY_MAX_BYTES):
             excluded.append(r)
             continue
         key, _ = _shape_group(r)
         groups.setdefault((family(r), *key), []).append(r)
     for key, rows in sorted(groups.items(), key=lambda kv: str(kv[0])):
         rows = sorted(rows, key=lambda r: _shape_group(r)[1])
-        if key[0].startswith("attention"):
+        if key[0] == "attention_bmm":
             test += rows
             continue
         first = len(train) % 2  # alternate which end starts in train, so both ends get judged
@@ -171,14 +186,13 @@ def nelder_mead(f, x0: np.ndarray, iters: int = 400, step: float = 0.15) -> np.n
     return pts[int(np.argmin(vals))]
 
 
-def fit(hw0: HardwareSpec, train: list[dict]) -> dict[str, float]:
-    names = list(PARAMS)
-    lo = np.log([PARAMS[n][1] for n in names])
-    hi = np.log([PARAMS[n][2] for n in names])
-    start = PUBLIC_STARTS
+def fit(hw0: HardwareSpec, train: list[dict], params: dict, start: dict[str, float]) -> dict[str, float]:
+    names = list(params)
+    lo = np.log([params[n][1] for n in names])
+    hi = np.log([params[n][2] for n in names])
 
     def decode(z: np.ndarray) -> dict[str, float]:
-        return dict(zip(names, np.exp(np.clip(z, lo, hi)).tolist(), strict=False))
+        return dict(zip(names, np.exp(np.clip(z, lo, hi)).tolist(), strict=True))
 
     measured = _col(train, "time_s")
 
@@ -244,20 +258,27 @@ def write_spec(values: dict[str, float], raw: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--raw", default="bench/results/calib_h200_raw.json")
+    ap.add_argument("--raw", nargs="+", default=["bench/results/calib_h200_raw.json", "bench/results/calib_h200_raw2.json"])
     ap.add_argument("--out", default="bench/results/calib_h200.json")
     ap.add_argument("--write-spec", action="store_true")
     args = ap.parse_args()
-    raw = json.loads((ROOT / args.raw).read_text())
-    train, test, excluded = split(raw["measurements"])
+    raws = [json.loads((ROOT / path).read_text()) for path in args.raw]
+    raw = raws[0]
+    train, test, excluded = split([m for r in raws for m in r["measurements"]])
+    attn_train = [r for r in train if family(r) == "attention_triton"]
+    train = [r for r in train if family(r) != "attention_triton"]
     hw0 = load_hardware("h200")
     before = table(with_params(hw0, PUBLIC_STARTS), test)
-    values = fit(hw0, train)
+    values = fit(hw0, train, PARAMS, PUBLIC_STARTS)
     hw = with_params(hw0, values)
-    after = table(hw, test)
+    attention = fit(hw, attn_train, ATTENTION_PARAMS, {"attention_compute": 0.55, "attention_memory": 0.87})
+    hw_attn = with_params(hw, attention)
+    after = [row for row in table(hw, test) if row["family"] != "attention_triton"]
+    after += [row for row in table(hw_attn, test) if row["family"] == "attention_triton"]
     fams = sorted({r["family"] for r in after})
     report = {
-        "command": "python3 bench/calibrate/h200_kernels.py --out $OUT/calib_h200_raw.json (device: nvidia-h200); "
+        "command": "python3 bench/calibrate/h200_kernels.py --out $OUT/calib_h200_raw.json; python3 "
+        "bench/calibrate/h200_kernels.py --extra --out $OUT/calib_h200_raw2.json (device: nvidia-h200); "
         ".venv/bin/python bench/calibrate/fit.py --write-spec",
         "device": raw["device"],
         "torch": raw["torch"],
@@ -271,16 +292,23 @@ def main() -> None:
         "notes": [
             "attention_bmm is predicted, never fitted: QK and PV as batched GEMMs + 4 streaming softmax kernels "
             "from the fitted GEMM/copy parameters; the fused-attention efficiency of h200 keeps its public start",
-            "copy is bimodal on this H200: 4.0-4.2 TB/s (read+write) at 64-256 MB, 2.8 TB/s at 1-4 GB; "
-            "one hbm efficiency cannot fit both",
+            "copy is bimodal on this H200: 3.6-4.2 TB/s (read+write) at 64-256 MB, 2.75 TB/s from 512 MB up; "
+            "copies over 256 MB are excluded (one kernel of the model never streams that much: the mHC "
+            "residual of a 256-sequence decode step is ~63 MB per layer)",
+            "attention_triton: our own split-KV Triton kernel for 64 heads over one shared 512-dim K=V head "
+            "(checked against a torch reference, max abs err <= 2.4e-3). It reaches only ~95 TFLOP/s (10% of "
+            "BF16 peak) where FlashMLA-class kernels report ~65% on Hopper, so its fitted attention "
+            "efficiencies (attention_triton_fit_not_in_spec) test the form of attention_time on held-out "
+            "shapes but are NOT written into h200.yaml, which keeps REFERENCE's public values",
         ],
         "fitted": values,
+        "attention_triton_fit_not_in_spec": attention,
         "heldout_all": summary(after),
         "heldout_fitted_families": summary(
             [r for r in after if not r["family"].startswith("attention")]
         ),
         "heldout_gemm_and_grouped": summary(
-            [r for r in after if r["family"] in ("gemm_bf16", "gemm_fp8", "grouped")]
+            [r for r in after if r["family"].startswith(("gemm_", "grouped_"))]
         ),
         "heldout_by_family": {f: summary([r for r in after if r["family"] == f]) for f in fams},
         "heldout_before_fit_public_starts": summary(before),
@@ -303,7 +331,7 @@ def main() -> None:
         )
     print("fitted:", {k: float(f"{v:.4g}") for k, v in values.items()})
     if args.write_spec:
-        write_spec(values, args.raw)
+        write_spec(values, " + ".join(args.raw))
         print(f"wrote {SPEC.relative_to(ROOT)}")
 
 

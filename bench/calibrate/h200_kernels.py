@@ -43,7 +43,7 @@ GROUPED_EXPERTS = [48, 192]  # experts per rank: wide-EP 8 and DEP2 slices of 38
 GROUPED_TPE = [1, 4, 16, 64, 256, 1024]  # tokens per expert: decode .. prefill
 ATTN_B = [1, 8, 32, 128]
 ATTN_C = [1024, 4096, 16384, 65536]
-COPY_BYTES = [2**26, 2**28, 2**30, 2**32]
+COPY_BYTES = [2**26, 2**27, 2**28, 2**29, 2**30, 2**31, 2**32]
 
 
 def timed(fn_for_copy, copies: int) -> tuple[float, str]:
@@ -213,11 +213,204 @@ def measure_attention(b: int, c: int, impl: str) -> dict:
     }
 
 
+def _triton_mqa():
+    """A fused split-KV MQA decode kernel: 64 query heads share one 512-dim K=V head (Triton)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(
+        Q,
+        KV,
+        Out,
+        M,
+        L,
+        C,
+        chunk,
+        s_qb,
+        s_kvb,
+        s_kvc,
+        s_ob,
+        s_os,
+        s_mb,
+        s_ms,
+        scale,
+        H: tl.constexpr,
+        D: tl.constexpr,
+        DV: tl.constexpr,
+        BN: tl.constexpr,
+    ):
+        b = tl.program_id(0)
+        s = tl.program_id(1)
+        dvi = tl.program_id(2)
+        oh = tl.arange(0, H)
+        od = tl.arange(0, D)
+        odv = dvi * DV + tl.arange(0, DV)
+        on = tl.arange(0, BN)
+        q = tl.load(Q + b * s_qb + oh[:, None] * D + od[None, :])
+        m_i = tl.full([H], float("-inf"), tl.float32)
+        l_i = tl.zeros([H], tl.float32)
+        acc = tl.zeros([H, DV], tl.float32)
+        start = s * chunk
+        end = tl.minimum(start + chunk, C)
+        for n0 in range(start, end, BN):
+            n = n0 + on
+            mask = n < end
+            k = tl.load(
+                KV + b * s_kvb + n[:, None] * s_kvc + od[None, :], mask=mask[:, None], other=0.0
+            )
+            qk = tl.dot(q, tl.trans(k)) * scale
+            qk = tl.where(mask[None, :], qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            p = tl.exp(qk - m_new[:, None])
+            alpha = tl.exp(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(
+                KV + b * s_kvb + n[:, None] * s_kvc + odv[None, :], mask=mask[:, None], other=0.0
+            )
+            acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), v)
+            m_i = m_new
+        tl.store(Out + b * s_ob + s * s_os + oh[:, None] * D + odv[None, :], acc)
+        if dvi == 0:
+            tl.store(M + b * s_mb + s * s_ms + oh, m_i)
+            tl.store(L + b * s_mb + s * s_ms + oh, l_i)
+
+    return kernel
+
+
+_TRITON = {}
+
+
+def mqa_decode_triton(q, kv, bn: int, warps: int, stages: int, dv: int = 256):
+    """q [B, 64, 512], kv [B, C, 512] (bf16) -> [B, 64, 512] fp32: split-KV kernel + torch combine."""
+    if "k" not in _TRITON:
+        _TRITON["k"] = _triton_mqa()
+    b, h, d = q.shape
+    c = kv.shape[1]
+    splits = max(1, min(c // bn, math.ceil(2 * 132 / (b * (d // dv)))))
+    chunk = math.ceil(c / splits / bn) * bn
+    splits = math.ceil(c / chunk)
+    o = torch.empty(b, splits, h, d, device=q.device, dtype=torch.float32)
+    m = torch.empty(b, splits, h, device=q.device, dtype=torch.float32)
+    lse = torch.empty_like(m)
+    _TRITON["k"][(b, splits, d // dv)](
+        q,
+        kv,
+        o,
+        m,
+        lse,
+        c,
+        chunk,
+        q.stride(0),
+        kv.stride(0),
+        kv.stride(1),
+        o.stride(0),
+        o.stride(1),
+        m.stride(0),
+        m.stride(1),
+        1.0 / math.sqrt(d),
+        H=h,
+        D=d,
+        DV=dv,
+        BN=bn,
+        num_warps=warps,
+        num_stages=stages,
+    )
+    w = torch.exp(m - m.amax(dim=1, keepdim=True))
+    return (o * w[..., None]).sum(1) / (lse * w).sum(1)[..., None]
+
+
+TRITON_CONFIGS = [(32, 8, 2), (16, 8, 2), (16, 4, 1)]
+
+
+def measure_attention_triton(b: int, c: int) -> dict:
+    heads, d = 64, 512
+    copies = n_copies(b * c * d * 2)
+    qs = [torch.randn(b, heads, d, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    kvs = [torch.randn(b, c, d, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    ref = (
+        torch.softmax(torch.bmm(qs[0], kvs[0].transpose(1, 2)).float() / math.sqrt(d), -1)
+        @ kvs[0].float()
+    )
+    errors = []
+    for bn, warps, stages in TRITON_CONFIGS:
+        try:
+            out = mqa_decode_triton(qs[0], kvs[0], bn, warps, stages)
+            err = float((out - ref).abs().max())
+            if not err < 2e-2:
+                raise ValueError(f"wrong result, max abs err {err}")
+            t, mode = timed(
+                lambda i, c=(bn, warps, stages): mqa_decode_triton(qs[i], kvs[i], *c), copies
+            )
+            return {
+                "kind": "attention",
+                "impl": "triton",
+                "batch": b,
+                "context": c,
+                "heads": heads,
+                "head_dim": d,
+                "kv_dtype": "bf16",
+                "time_s": t,
+                "mode": mode,
+                "config": [bn, warps, stages],
+                "max_abs_err": err,
+            }
+        except Exception as exc:  # noqa: BLE001 - try the next (smaller) tile config
+            errors.append(f"{(bn, warps, stages)}: {type(exc).__name__}: {exc}"[:200])
+    raise RuntimeError("; ".join(errors))
+
+
+def measure_grouped_fp8(experts: int, tpe: int, k: int, n: int, name: str) -> dict:
+    tokens = experts * tpe
+    f8 = torch.float8_e4m3fn
+    a = torch.randn(tokens, k, device="cuda").to(f8)
+    copies = n_copies(experts * k * n)
+    # second operand column-major per group: transpose of a row-major (G, n, k)
+    bs = [
+        torch.randn(experts, n, k, device="cuda").mul(0.02).to(f8).transpose(1, 2)
+        for _ in range(copies)
+    ]
+    sa = torch.ones(tokens, device="cuda", dtype=torch.float32)
+    sb = torch.ones(experts, n, device="cuda", dtype=torch.float32)
+    offs = torch.arange(1, experts + 1, device="cuda", dtype=torch.int32) * tpe
+    t, mode = timed(
+        lambda i: torch._scaled_grouped_mm(a, bs[i], sa, sb, offs=offs, out_dtype=torch.bfloat16),
+        copies,
+    )
+    return {
+        "kind": "grouped",
+        "dtype": "fp8",
+        "name": name,
+        "experts": experts,
+        "tokens_per_expert": tpe,
+        "k": k,
+        "n": n,
+        "time_s": t,
+        "mode": mode,
+        "impl": "torch._scaled_grouped_mm",
+    }
+
+
 def measure_copy(nbytes: int) -> dict:
     src = torch.empty(nbytes // 2, device="cuda", dtype=torch.bfloat16).normal_()
     dst = torch.empty_like(src)
     t, mode = timed(lambda i: dst.copy_(src), 1)
     return {"kind": "copy", "bytes": nbytes, "bytes_moved": 2 * nbytes, "time_s": t, "mode": mode}
+
+
+def plan_extra() -> list[tuple]:
+    """Second call: fused attention (Triton), FP8 grouped GEMMs, more copy sizes."""
+    jobs: list[tuple] = []
+    for b in ATTN_B:
+        for c in ATTN_C:
+            if b * c <= 128 * 16384:
+                jobs.append((measure_attention_triton, b, c))
+    for e in GROUPED_EXPERTS:
+        for tpe in GROUPED_TPE:
+            jobs.append((measure_grouped_fp8, e, tpe, 5120, 4608, "expert_up"))
+            jobs.append((measure_grouped_fp8, e, tpe, 2304, 5120, "expert_down"))
+    jobs += [(measure_copy, nb) for nb in COPY_BYTES]
+    return jobs
 
 
 def plan(quick: bool) -> list[tuple]:
@@ -249,6 +442,11 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument(
+        "--extra",
+        action="store_true",
+        help="only the second-call set (Triton attention, FP8 grouped, copies)",
+    )
+    ap.add_argument(
         "--budget-s", type=float, default=420.0, help="stop starting new jobs after this long"
     )
     args = ap.parse_args()
@@ -264,7 +462,7 @@ def main() -> None:
         "errors": [],
     }
     t_start = time.time()
-    for job in plan(args.quick):
+    for job in plan_extra() if args.extra else plan(args.quick):
         fn, *params = job
         if time.time() - t_start > args.budget_s:
             result["errors"].append(
