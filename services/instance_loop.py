@@ -15,12 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rackserve.metrics import ProcessMetrics, RankKey
-from rackserve.timing.batch import StepBatch, StepCost
+from rackserve.timing.batch import RankBatch, StepBatch, StepCost
 from services.pacing import sleep_paced
 from services.rank_worker import Emitted, RankStep
 from services.topology import InstanceSpec
 
 log = logging.getLogger(__name__)
+
+
+IDLE = RankStep(RankBatch.of([]), (), busy=False)  # a rank with nothing to do waits at the barrier
 
 
 @dataclass(frozen=True)
@@ -48,10 +51,13 @@ class InstanceLoop:
         self.sim_now_s = 0.0
         self.pacing_lag_s = 0.0
         self._wake = asyncio.Event()
+        self._active: set[int] = set()  # ranks with requests; idle ranks are not called (empty batch)
         self._keys = [RankKey(spec.name, r, spec.role) for r in range(len(ranks))]
         metrics.ranks.declare_instance(spec.name, spec.role, spec.gpus)
 
-    def wake(self) -> None:
+    def wake(self, rank: int) -> None:
+        """Work was submitted to `rank`: it takes part in the next step."""
+        self._active.add(rank)
         self._wake.set()
 
     async def run(self) -> None:
@@ -68,9 +74,15 @@ class InstanceLoop:
 
     async def _step(self) -> bool:
         started = time.monotonic()
-        steps: list[RankStep] = await asyncio.gather(*(r.step.remote() for r in self.ranks))
+        called = sorted(self._active)
+        results: list[RankStep] = await asyncio.gather(*(self.ranks[r].step.remote() for r in called))
+        steps = [IDLE] * len(self.ranks)
+        for r, step in zip(called, results, strict=True):
+            steps[r] = step
+            if not step.busy:
+                self._active.discard(r)
         if not any(s.batch.num_seqs for s in steps):
-            return any(s.busy for s in steps)
+            return bool(self._active)
         cost = self.price(StepBatch(tuple(s.batch for s in steps)))
         pace = await sleep_paced(cost.total_s, self.time_scale, started)
         self.sim_now_s += cost.total_s
@@ -80,13 +92,15 @@ class InstanceLoop:
             self._record(r, step, cost, pace.lag_s)
             if step.emitted:
                 self.on_step(StepDone(r, step.emitted, self.sim_now_s, cost.total_s, pace.lag_s))
-        return any(s.busy for s in steps)
+        return bool(self._active)
 
     def _record(self, r: int, step: RankStep, cost: StepCost, lag_s: float) -> None:
         key = self._keys[r]
         busy = cost.rank_busy_s[r] if r < len(cost.rank_busy_s) else cost.total_s
         self.metrics.ranks.record_step(key, busy, max(0.0, cost.total_s - busy), step.batch.num_seqs)
         self.metrics.ranks.record_pacing(key, lag_s)
+        if step is IDLE:  # not called this step: its last reported state still holds
+            return
         self.metrics.observe_rank_state(key, step.batch.num_seqs, step.waiting, step.queued_prompt_tokens,
                                         step.kv_blocks_used, step.kv_blocks_total)
 

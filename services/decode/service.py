@@ -54,7 +54,7 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             await call_actor(actor.submit_decode.remote(
                 request.request_id, list(request.token_ids), request.first_token,
                 list(request.kv.block_hashes), sampling_dict(request.sampling)), context)
-            loop.wake()
+            loop.wake(request.rank)
             transfer = self._transfer_s(request)
             first = True
             while not finished:

@@ -82,7 +82,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         try:
             admitted = await call_actor(actor.submit_prefill.remote(
                 request.request_id, list(request.token_ids), sampling_dict(request.sampling)), context)
-            loop.wake()
+            loop.wake(request.dp_rank)
             self._record_lookup(request, admitted)
             emitted, finished_sim = await waiter.future
         finally:

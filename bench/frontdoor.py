@@ -1,0 +1,187 @@
+"""Front-door overhead: what router + gRPC + Ray + the P->D hand-off add over the engine in-process.
+
+Pacing off (time_scale 0), so every number is real wall time on this machine:
+- in-process: one `Engine` (the same model and config), TTFT = add_request -> first token, ITL =
+  one decode step; requests/s = a batch of short requests run to completion.
+- cluster: `rackserve up` (scenarios/local.yaml, unpaced) and streaming completions over HTTP:
+  TTFT = request sent -> first SSE chunk, ITL = mean gap between chunks; requests/s = a closed
+  loop of short completions at a fixed concurrency.
+
+    .venv/bin/python bench/frontdoor.py [--requests 24] [--concurrency 16]
+writes bench/results/frontdoor.json and prints a table. (NVIDIA Dynamo's frontend + mocker side by
+side: not run yet; see the JSON's "dynamo" field.)
+"""
+
+from __future__ import annotations
+
+import os
+
+# One BLAS thread, as Ray gives its rank actors: on 2 shared cores a multi-threaded BLAS spins
+# against the other processes and a 64-token prefill takes seconds instead of ~70 ms.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import signal  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import httpx  # noqa: E402
+
+from rackserve.config import load_config  # noqa: E402
+from rackserve.model import tokenizer  # noqa: E402
+from rackserve.model.config import ModelConfig  # noqa: E402
+from rackserve.model.engine import Engine  # noqa: E402
+from rackserve.model.sampling import SamplingParams  # noqa: E402
+from services.launcher import DEFAULT_CONFIG  # noqa: E402
+from services.redis_server import free_port  # noqa: E402
+
+RESULT = Path(__file__).parent / "results" / "frontdoor.json"
+MODEL = "rackserve-moe-small"
+PROMPT_CHARS = 64
+OUTPUT_TOKENS = 16
+RATE_OUTPUT_TOKENS = 8
+
+
+def prompt_text(i: int) -> str:
+    """Distinct prompts (no prefix reuse between requests), PROMPT_CHARS bytes each."""
+    return f"req {i:05d} " + ("the rack twin serves tokens " * 4)[: PROMPT_CHARS - 10]
+
+
+# -- in-process --------------------------------------------------------------------------------
+def new_engine() -> Engine:
+    cfg = load_config(DEFAULT_CONFIG)
+    model = ModelConfig.from_sections(cfg.engine, cfg.engram)
+    return Engine.from_config(model, num_blocks=cfg.engine.cache_blocks_per_rank,
+                              chunk_tokens=cfg.engine.prefill_chunk_tokens,
+                              max_batch_seqs=cfg.engine.max_batch_seqs)
+
+
+def in_process_latency(n: int) -> dict:
+    engine = new_engine()
+    warm = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
+    engine.add_request("warm-up", tokenizer.encode(prompt_text(99_999)), warm)
+    while engine.has_unfinished():
+        engine.step()
+    ttfts, itls = [], []
+    for i in range(n):
+        params = SamplingParams(max_tokens=OUTPUT_TOKENS, temperature=0.0, ignore_eos=True)
+        t0 = time.perf_counter()
+        engine.add_request(f"lat-{i}", tokenizer.encode(prompt_text(i)), params)
+        times = []
+        while engine.has_unfinished():
+            if any(o.token is not None for o in engine.step().outputs):
+                times.append(time.perf_counter())
+        ttfts.append(times[0] - t0)
+        itls += [b - a for a, b in zip(times, times[1:], strict=False)]
+    return {"ttft_ms": summary(ttfts), "itl_ms": summary(itls)}
+
+
+def in_process_rate(n: int) -> dict:
+    engine = new_engine()
+    t0 = time.perf_counter()
+    for i in range(n):
+        params = SamplingParams(max_tokens=RATE_OUTPUT_TOKENS, temperature=0.0, ignore_eos=True)
+        engine.add_request(f"rate-{i}", tokenizer.encode(prompt_text(10_000 + i)), params)
+    while engine.has_unfinished():
+        engine.step()
+    return {"requests": n, "requests_per_s": n / (time.perf_counter() - t0)}
+
+
+# -- cluster -----------------------------------------------------------------------------------
+def start_cluster(port: int) -> subprocess.Popen:
+    env = {**os.environ, "RACKSERVE_CLUSTER__TIME_SCALE": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "services.launcher", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    for line in proc.stdout:  # type: ignore[union-attr]
+        if line.strip().startswith("logs"):
+            return proc
+    raise RuntimeError("rackserve up exited before it was up")
+
+
+async def stream_one(client: httpx.AsyncClient, base: str, i: int, max_tokens: int) -> tuple[float, list[float]]:
+    body = {"model": MODEL, "prompt": prompt_text(i), "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": True}
+    t0 = time.perf_counter()
+    arrivals = []
+    async with client.stream("POST", f"{base}/v1/completions", json=body) as reply:
+        async for line in reply.aiter_lines():
+            if line.startswith("data: {"):
+                arrivals.append(time.perf_counter())
+    return arrivals[0] - t0, [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+
+
+async def cluster_latency(base: str, n: int) -> dict:
+    ttfts, itls = [], []
+    async with httpx.AsyncClient(timeout=120) as client:
+        await stream_one(client, base, 99_999, 2)  # warm-up: connections, first steps
+        for i in range(n):
+            ttft, gaps = await stream_one(client, base, 20_000 + i, OUTPUT_TOKENS)
+            ttfts.append(ttft)
+            itls += gaps
+    return {"ttft_ms": summary(ttfts), "itl_ms": summary(itls)}
+
+
+async def cluster_rate(base: str, n: int, concurrency: int) -> dict:
+    queue = list(range(30_000, 30_000 + n))
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while queue:
+            await stream_one(client, base, queue.pop(), RATE_OUTPUT_TOKENS)
+
+    async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=concurrency)) as client:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        elapsed = time.perf_counter() - t0
+    return {"requests": n, "concurrency": concurrency, "requests_per_s": n / elapsed}
+
+
+# -- report ------------------------------------------------------------------------------------
+def summary(values_s: list[float]) -> dict:
+    ms = sorted(v * 1000 for v in values_s)
+    return {"p50": statistics.median(ms), "p90": ms[int(0.9 * (len(ms) - 1))], "mean": statistics.fmean(ms)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=24)
+    parser.add_argument("--rate-requests", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args()
+    local = {**in_process_latency(args.requests), **in_process_rate(args.rate_requests)}
+    port = free_port()
+    proc = start_cluster(port)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        cluster = {**asyncio.run(cluster_latency(base, args.requests)),
+                   **asyncio.run(cluster_rate(base, args.rate_requests, args.concurrency))}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(120)
+    result = {
+        "command": "bench/frontdoor.py " + " ".join(sys.argv[1:]),
+        "machine": {"cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0], "python": platform.python_version()},
+        "workload": {"prompt_tokens": PROMPT_CHARS, "output_tokens": OUTPUT_TOKENS,
+                     "rate_output_tokens": RATE_OUTPUT_TOKENS, "time_scale": 0},
+        "in_process": local, "cluster": cluster,
+        "overhead_ms": {"ttft_p50": cluster["ttft_ms"]["p50"] - local["ttft_ms"]["p50"],
+                        "itl_p50": cluster["itl_ms"]["p50"] - local["itl_ms"]["p50"]},
+        "dynamo": None,  # Dynamo frontend + mocker side by side: not run (see README / report)
+    }
+    RESULT.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{'':24s}{'in-process':>12s}{'cluster':>12s}{'overhead':>12s}")
+    for key in ("ttft_ms", "itl_ms"):
+        a, b = local[key]["p50"], cluster[key]["p50"]
+        print(f"{key + ' p50':24s}{a:12.2f}{b:12.2f}{b - a:12.2f}")
+    print(f"{'requests/s':24s}{local['requests_per_s']:12.1f}{cluster['requests_per_s']:12.1f}")
+    print(f"(load avg {result['machine']['load_avg_1m']:.1f} on {os.cpu_count()} cpus) -> {RESULT}")
+
+
+if __name__ == "__main__":
+    main()
