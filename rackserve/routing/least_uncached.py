@@ -2,7 +2,8 @@
 
 Cost of a rank = work already queued there + compute for tokens cached nowhere it can reach +
 transfer for tokens found in the pool (by tier) + nothing for tokens in its own HBM. Times come
-from the cost model, so heterogeneous layouts compare fairly; ties go to the less loaded rank.
+from the cost model, so heterogeneous layouts compare fairly. Ties go to the less loaded rank
+(queued work, queued tokens, running sequences), then to the lower (instance, dp_rank).
 """
 
 from __future__ import annotations

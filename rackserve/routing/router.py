@@ -5,7 +5,8 @@ from __future__ import annotations
 from rackserve.config import RoutingSection
 from rackserve.routing.cost import CostModel
 from rackserve.routing.decode import place_decode
-from rackserve.routing.index import PrefixIndex, PrefixMatch
+from rackserve.routing.index import PrefixIndex
+from rackserve.routing.match import PrefixMatch
 from rackserve.routing.policy import Policy, PolicySettings, make_policy
 from rackserve.routing.records import DecisionRecorder
 from rackserve.routing.view import ClusterView, Decision, NoRankAvailable, RequestView
