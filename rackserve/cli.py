@@ -18,7 +18,7 @@ from rackserve.sim.cli import register as register_sim  # noqa: E402
 register_sim(app)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
 def up(ctx: typer.Context) -> None:
     """Start the live cluster on this machine (see `rackserve up --help`)."""
     # The launcher is network code: run it as its own process so the core stays free of it.

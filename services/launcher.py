@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -150,7 +151,8 @@ class Cluster:
 
     def _start_ray(self, deadline: float) -> str:
         port = free_port()
-        ray_bin = Path(sys.executable).with_name("ray")
+        ray_bin = Path(sys.executable).with_name("ray")  # the venv's, else the one on PATH
+        ray_bin = ray_bin if ray_bin.exists() else Path(shutil.which("ray") or "ray")
         log_path = self.log_dir / "ray.log"
         # Ray's fixed default ports (client server 10001, dashboard agent 52365, autoscaler metrics
         # 44217) are moved to free ones so two local clusters (e.g. tests) can run side by side.
