@@ -8,8 +8,6 @@ from the cost model, so heterogeneous layouts compare fairly. Ties go to the les
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from rackserve.routing.cost import CostModel
 from rackserve.routing.match import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
@@ -43,33 +41,41 @@ class LeastUncachedWork:
     def choose(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
         # Only ranks holding part of the prompt in HBM, plus the least-loaded cold rank of each
         # layout, can win: every other cold rank costs the same work on top of a longer queue.
-        candidates = [
-            (r, 0)
-            for ranks in cluster.prefill_by_load().values()
-            for r in _first_cold(ranks, match)
-        ]
-        for key, hbm in match.rank_blocks.items():
-            rank = cluster.prefill_rank(key)
-            if rank is not None:
-                candidates.append((rank, hbm))
+        in_hbm = match.rank_blocks
         priced: dict[tuple[str, int], float] = {}
         best: tuple[float, tuple[float, int, int, RankKey]] | None = None
-        pick = candidates[0][0]
-        for rank, hbm in candidates:
+        pick: RankState | None = None
+        for ranks in cluster.prefill_by_load().values():
+            cold = next((r for r in ranks if r.key not in in_hbm), None)
+            if cold is not None:
+                key = (
+                    cold.queued_work_s + self._work(priced, cold.layout, 0, request, match),
+                    cold.load_order,
+                )
+                if best is None or key < best:
+                    best, pick = key, cold
+        by_key = cluster.prefill_by_key
+        for rank_key, hbm in in_hbm.items():
+            rank = by_key.get(rank_key)
+            if rank is None:
+                continue  # a decode or unhealthy rank's cache
             work = priced.get((rank.layout, hbm))
             if work is None:
-                hit = match.tokens(hbm)
-                work = uncached_work_s(self._cost, rank.layout, hit, request.prompt_tokens)
-                priced[(rank.layout, hbm)] = work
+                work = self._work(priced, rank.layout, hbm, request, match)
             key = (rank.queued_work_s + work, rank.load_order)
             if best is None or key < best:
                 best, pick = key, rank
-        assert best is not None
+        assert best is not None and pick is not None
         return Scored(pick, best[0])
 
-
-def _first_cold(ranks: tuple[RankState, ...], match: PrefixMatch) -> Iterator[RankState]:
-    for rank in ranks:
-        if rank.key not in match.rank_blocks:
-            yield rank
-            return
+    def _work(
+        self,
+        priced: dict[tuple[str, int], float],
+        layout: str,
+        hbm: int,
+        request: RequestView,
+        match: PrefixMatch,
+    ) -> float:
+        work = uncached_work_s(self._cost, layout, match.tokens(hbm), request.prompt_tokens)
+        priced[(layout, hbm)] = work
+        return work

@@ -60,13 +60,14 @@ class RequestView:
 class ClusterView:
     """Every rank the router may send to, prefill and decode, in a stable order.
 
-    Derived lookups (healthy prefill ranks by key and by load per layout, least-loaded decode
-    rank per layout) are computed once at construction so a decision does not redo them.
+    Derived lookups (healthy prefill ranks by key - `prefill_by_key` - and by load per layout,
+    least-loaded decode rank per layout) are computed once at construction so a decision does
+    not redo them.
     """
 
     ranks: tuple[RankState, ...]
     _prefill: tuple[RankState, ...] = field(init=False, repr=False, compare=False)
-    _prefill_by_key: dict[RankKey, RankState] = field(init=False, repr=False, compare=False)
+    prefill_by_key: dict[RankKey, RankState] = field(init=False, repr=False, compare=False)
     _by_load: dict[str, tuple[RankState, ...]] = field(init=False, repr=False, compare=False)
     _decode_best: dict[str | None, RankState] = field(init=False, repr=False, compare=False)
 
@@ -84,7 +85,7 @@ class ClusterView:
                 if best is None or _decode_load(r) < _decode_load(best):
                     decode_best[layout] = r
         object.__setattr__(self, "_prefill", prefill)
-        object.__setattr__(self, "_prefill_by_key", {r.key: r for r in prefill})
+        object.__setattr__(self, "prefill_by_key", {r.key: r for r in prefill})
         object.__setattr__(self, "_by_load", {k: tuple(v) for k, v in by_load.items()})
         object.__setattr__(self, "_decode_best", decode_best)
 
@@ -94,7 +95,7 @@ class ClusterView:
 
     def prefill_rank(self, key: RankKey) -> RankState | None:
         """The healthy prefill rank `key`, or None."""
-        return self._prefill_by_key.get(key)
+        return self.prefill_by_key.get(key)
 
     def prefill_by_load(self) -> dict[str, tuple[RankState, ...]]:
         """Healthy prefill ranks per layout, least loaded first (RankState.load_order)."""
