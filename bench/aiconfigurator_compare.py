@@ -94,11 +94,18 @@ def main() -> None:
     ap.add_argument("--systems", default="gb200,gb300")
     ap.add_argument("--backends", default="vllm,sglang")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--aic-cache", default="", help="reuse/store AIConfigurator's raw answers here")
     ap.add_argument("--out", default=str(ROOT / "bench/results/aiconfigurator_compare.json"))
     args = ap.parse_args()
     pts = points(args.systems.split(","), args.backends.split(","), args.quick)
     t0 = time.time()
-    rows = run_aic(args.aic_python, pts)
+    cache = Path(args.aic_cache) if args.aic_cache else None
+    if cache and cache.exists():
+        rows = json.loads(cache.read_text())
+    else:
+        rows = run_aic(args.aic_python, pts)
+        if cache:
+            cache.write_text(json.dumps(rows))
     for r in rows:
         key = "tpot_ms" if r["phase"] == "decode" else "ttft_ms"
         r["aic_ms"] = r.get(key)

@@ -136,20 +136,20 @@ def step_arrays(ranks, phase: str, model: ModelSpec, codes: tuple[CodeShape, ...
 def _decode_arrays(ranks, window: int, codes: tuple[CodeShape, ...]) -> GroupArrays | None:
     """Every sequence computes one token at position e = cached + 1: the sums reduce to sums of
     e, min(e, window) and min(e, top_k x ratio) per rank (exactly the general formulas at q = 1).
-    One pass over all ranks' sequences: capped copies of e, a running sum, differences at the rank
-    boundaries (idle ranks give empty segments)."""
+    One pass over all ranks' sequences: capped copies of e, summed per rank segment (a trailing
+    zero column keeps every segment start valid; empty segments, idle ranks, are masked to 0)."""
     new = np.concatenate([rb.new_tokens for rb in ranks])
     if new.size == 0 or new.min() != 1 or new.max() != 1:
         return None
     end = np.concatenate([rb.cached_tokens for rb in ranks]) + 1.0
     caps = _decode_caps(window, codes)
-    capped = np.minimum(end, caps[:, None])  # [features, sequences]
-    running = np.zeros((len(caps), end.size + 1))
-    np.cumsum(capped, axis=1, out=running[:, 1:])
-    bounds = np.cumsum([0] + [rb.new_tokens.shape[0] for rb in ranks])
-    at = running[:, bounds]
-    sums = at[:, 1:] - at[:, :-1]  # [features, ranks]: sum e, sum min(e, window), sum min(e, cap_i)...
-    seqs = np.diff(bounds).astype(np.float64)
+    n = end.size
+    capped = np.zeros((len(caps), n + 1))
+    np.minimum(end, caps[:, None], out=capped[:, :n])
+    counts = np.array([rb.new_tokens.shape[0] for rb in ranks])
+    starts = np.cumsum(counts) - counts
+    sums = np.add.reduceat(capped, starts, axis=1) * (counts > 0)  # [features, ranks]
+    seqs = counts.astype(np.float64)
     comp = np.zeros((len(ranks), len(codes)))
     scan = np.zeros_like(comp)
     for i, code in enumerate(codes):
