@@ -28,6 +28,7 @@ from rackserve.routing.view import RankKey
 _POOL_IN_HBM = 1  # pool flag bits: block is in some trusted spare-HBM pool holder
 _POOL_IN_DRAM = 2  # ... in some trusted DRAM pool holder
 _CHUNK = 32  # blocks looked up per C-level map() call while searching for the first miss
+_KEYS_MEMO = 4096  # rank bit sets remembered by _record_drops before the memo starts over
 
 HolderKey = tuple[Publisher, Tier]
 
@@ -54,6 +55,7 @@ class PrefixIndex:
         self._contents: list[set[int]] = []
         self._closures: list[PrefixClosure | None] = []  # per rank_hbm holder
         self._rank_key: dict[int, RankKey] = {}  # bit -> rank, for rank_hbm holders
+        self._keys_of: dict[int, tuple[RankKey, ...]] = {}  # rank bit set -> its ranks
         self._rank: dict[int, int] = {}  # hash -> bits of rank_hbm holders (stale ones included)
         self._pool_mask: dict[int, int] = {}  # hash -> bits of pool holders (stale ones included)
         self._pool: dict[int, int] = {}  # hash -> _POOL_IN_* flags over trusted pool holders
@@ -195,8 +197,8 @@ class PrefixIndex:
     ) -> dict[int, tuple[int, int]]:
         # Prefix-closed unions: the pool holds blocks [0, end_any) of the chain, and its spare
         # HBM tier holds [0, end_hbm) with end_hbm <= end_any.
-        end_any = _first_without(self._pool.get, hashes, _POOL_IN_HBM | _POOL_IN_DRAM)
-        end_hbm = _first_without(self._pool.get, hashes, _POOL_IN_HBM)
+        end_any = _first_without(self._pool.get, hashes, _POOL_IN_HBM | _POOL_IN_DRAM, len(hashes))
+        end_hbm = _first_without(self._pool.get, hashes, _POOL_IN_HBM, end_any)
         out: dict[int, tuple[int, int]] = {}
         for s in starts:
             in_hbm = max(0, end_hbm - s)
@@ -232,10 +234,23 @@ class PrefixIndex:
         return out
 
     def _record_drops(self, out: dict[RankKey, int], dropped: int, end: int) -> None:
-        while dropped:
-            low = dropped & -dropped
-            out[self._rank_key[low.bit_length() - 1]] = end
-            dropped ^= low
+        """out[rank] = end for every rank bit in `dropped` (bit sets repeat: memoised)."""
+        if not dropped:
+            return
+        keys = self._keys_of.get(dropped)
+        if keys is None:
+            if len(self._keys_of) >= _KEYS_MEMO:
+                self._keys_of.clear()
+            keys = self._keys_of[dropped] = self._bits_to_keys(dropped)
+        out.update(zip(keys, repeat(end)))
+
+    def _bits_to_keys(self, bits: int) -> tuple[RankKey, ...]:
+        keys = []
+        while bits:
+            low = bits & -bits
+            keys.append(self._rank_key[low.bit_length() - 1])
+            bits ^= low
+        return tuple(keys)
 
     # ---- internals ----------------------------------------------------------------------------
     def _bit(self, pub: Publisher, tier: Tier) -> int:
@@ -393,9 +408,12 @@ def _tier_flags(trusted_bits: int, hbm_bits: int, dram_bits: int) -> int:
     )
 
 
-def _first_without(get: Callable[[int, int], int], hashes: Sequence[int], bits: int) -> int:
-    """First i with get(hashes[i], 0) & bits == 0, for a predicate true on a prefix only."""
-    lo, hi = 0, len(hashes)
+def _first_without(
+    get: Callable[[int, int], int], hashes: Sequence[int], bits: int, hi: int
+) -> int:
+    """First i < hi with get(hashes[i], 0) & bits == 0 (else hi), for a predicate true on a
+    prefix only."""
+    lo = 0
     while lo < hi:
         mid = (lo + hi) >> 1
         if get(hashes[mid], 0) & bits:
