@@ -16,6 +16,7 @@ import pytest
 
 from rackserve.model.engine import Engine
 from rackserve.model.sampling import SamplingParams
+from rackserve.model.transformer import query_tile
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
 SEEDED = SamplingParams(max_tokens=12, temperature=0.9, top_p=0.9, seed=1234)
@@ -75,10 +76,13 @@ def test_prefix_hit_skips_computation(make_engine, prompt):
     assert engine.stats().cache.hits == 4
 
 
-def test_chunked_prefill_equals_one_shot(make_engine, prompt):
-    text = prompt(150, seed=1)
+@pytest.mark.parametrize("length, chunk", [(150, 7), (300, 29)])
+def test_chunked_prefill_equals_one_shot(make_engine, prompt, length, chunk):
+    # 300 tokens in one shot run attention as two query tiles (256 + 44): tiles must not matter.
+    assert query_tile(300, 8) < 300
+    text = prompt(length, seed=1)
     whole_tokens, whole_logits, _ = run(make_engine(chunk_tokens=512), "r", text, GREEDY)
-    chunked = make_engine(chunk_tokens=7)
+    chunked = make_engine(chunk_tokens=chunk)
     chunked.add_request("r", text, GREEDY)
     steps_to_first = 0
     first = None
@@ -86,7 +90,7 @@ def test_chunked_prefill_equals_one_shot(make_engine, prompt):
         steps_to_first += 1
         first = chunked.step().outputs[0]
         first = first if first.token is not None else None
-    assert steps_to_first == -(-150 // 7)
+    assert steps_to_first == -(-length // chunk)
     assert first.token == whole_tokens[0]
     assert_logits_close(first.logits, whole_logits[0])
     rest = []
