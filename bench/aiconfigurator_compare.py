@@ -30,7 +30,9 @@ from rackserve.timing import RankBatch, StepBatch, TimingModel  # noqa: E402
 
 AIC_MODEL = "deepseek-ai/DeepSeek-V4-Flash"
 DECODE = [(b, 8192) for b in (1, 8, 32, 64, 128)] + [(32, 32768)]  # (batch per rank, context)
-PREFILL = [(isl, 0) for isl in (1024, 4096, 8192, 16384)] + [(8192, 6144)]  # (prompt, cached prefix)
+PREFILL = [(isl, 0) for isl in (1024, 4096, 8192, 16384)] + [
+    (8192, 6144)
+]  # (prompt, cached prefix)
 
 AIC_RUNNER = r"""
 import json, sys, time, logging, warnings
@@ -59,18 +61,49 @@ def points(systems: list[str], backends: list[str], quick: bool) -> list[dict]:
     for system in systems:
         for backend in backends:
             for b, ctx in decode:
-                pts.append({"model": AIC_MODEL, "system": system, "backend": backend, "mode": "static_gen",
-                            "phase": "decode", "isl": ctx, "osl": 2, "batch": b, "dp": 4, "ep": 4, "prefix": 0})
+                pts.append(
+                    {
+                        "model": AIC_MODEL,
+                        "system": system,
+                        "backend": backend,
+                        "mode": "static_gen",
+                        "phase": "decode",
+                        "isl": ctx,
+                        "osl": 2,
+                        "batch": b,
+                        "dp": 4,
+                        "ep": 4,
+                        "prefix": 0,
+                    }
+                )
             for isl, cached in prefill:
-                pts.append({"model": AIC_MODEL, "system": system, "backend": backend, "mode": "static_ctx",
-                            "phase": "prefill", "isl": isl, "osl": 1, "batch": 1, "dp": 2, "ep": 2,
-                            "prefix": cached})
+                pts.append(
+                    {
+                        "model": AIC_MODEL,
+                        "system": system,
+                        "backend": backend,
+                        "mode": "static_ctx",
+                        "phase": "prefill",
+                        "isl": isl,
+                        "osl": 1,
+                        "batch": 1,
+                        "dp": 2,
+                        "ep": 2,
+                        "prefix": cached,
+                    }
+                )
     return pts
 
 
 def run_aic(aic_python: str, pts: list[dict]) -> list[dict]:
-    proc = subprocess.run([aic_python, "-c", AIC_RUNNER], input=json.dumps(pts), capture_output=True,
-                          text=True, timeout=3000, cwd="/tmp")
+    proc = subprocess.run(
+        [aic_python, "-c", AIC_RUNNER],
+        input=json.dumps(pts),
+        capture_output=True,
+        text=True,
+        timeout=3000,
+        cwd="/tmp",
+    )
     if proc.returncode != 0:
         raise SystemExit(f"AIConfigurator runner failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -112,27 +145,54 @@ def main() -> None:
         r["ours_ms"] = ours(r, "deepseek-v4-flash", "baseline")
         r["ours_v41_flash_ms"] = ours(r, "deepseek-v4.1-flash", "baseline")
         r["ratio"] = r["ours_ms"] / r["aic_ms"] if r.get("aic_ms") else None
-    print(f"{'system':6} {'backend':7} {'phase':7} {'batch':>5} {'isl':>6} {'prefix':>6} {'AIC ms':>9} {'ours ms':>9} {'ours/AIC':>8}")
+    print(
+        f"{'system':6} {'backend':7} {'phase':7} {'batch':>5} {'isl':>6} {'prefix':>6} {'AIC ms':>9} {'ours ms':>9} {'ours/AIC':>8}"
+    )
     for r in rows:
         if r.get("ratio") is None:
-            print(f"{r['system']:6} {r['backend']:7} {r['phase']:7} {r['batch']:5d} {r['isl']:6d} {r['prefix']:6d}  AIC error: {r.get('error', '')[:60]}")
+            print(
+                f"{r['system']:6} {r['backend']:7} {r['phase']:7} {r['batch']:5d} {r['isl']:6d} {r['prefix']:6d}  AIC error: {r.get('error', '')[:60]}"
+            )
             continue
-        print(f"{r['system']:6} {r['backend']:7} {r['phase']:7} {r['batch']:5d} {r['isl']:6d} {r['prefix']:6d} "
-              f"{r['aic_ms']:9.3f} {r['ours_ms']:9.3f} {r['ratio']:8.2f}")
+        print(
+            f"{r['system']:6} {r['backend']:7} {r['phase']:7} {r['batch']:5d} {r['isl']:6d} {r['prefix']:6d} "
+            f"{r['aic_ms']:9.3f} {r['ours_ms']:9.3f} {r['ratio']:8.2f}"
+        )
     summary = {}
     for system in args.systems.split(","):
         for backend in args.backends.split(","):
             for phase in ("decode", "prefill"):
-                rs = [r["ratio"] for r in rows if r.get("ratio") and r["system"] == system
-                      and r["backend"] == backend and r["phase"] == phase]
+                rs = [
+                    r["ratio"]
+                    for r in rows
+                    if r.get("ratio")
+                    and r["system"] == system
+                    and r["backend"] == backend
+                    and r["phase"] == phase
+                ]
                 if rs:
-                    summary[f"{system}/{backend}/{phase}"] = {"n": len(rs), "median_ratio": statistics.median(rs),
-                                                               "min_ratio": min(rs), "max_ratio": max(rs)}
+                    summary[f"{system}/{backend}/{phase}"] = {
+                        "n": len(rs),
+                        "median_ratio": statistics.median(rs),
+                        "min_ratio": min(rs),
+                        "max_ratio": max(rs),
+                    }
     for key, s in summary.items():
-        print(f"{key:28} median ours/AIC {s['median_ratio']:.2f} (range {s['min_ratio']:.2f}..{s['max_ratio']:.2f}, n={s['n']})")
-    report = {"command": "python bench/aiconfigurator_compare.py", "aiconfigurator": "0.12.0",
-              "aic_model": AIC_MODEL, "ours_model": "deepseek-v4-flash", "ours_optimizations": "baseline",
-              "note": __doc__, "tuned_to_aic": False, "wall_s": time.time() - t0, "summary": summary, "rows": rows}
+        print(
+            f"{key:28} median ours/AIC {s['median_ratio']:.2f} (range {s['min_ratio']:.2f}..{s['max_ratio']:.2f}, n={s['n']})"
+        )
+    report = {
+        "command": "python bench/aiconfigurator_compare.py",
+        "aiconfigurator": "0.12.0",
+        "aic_model": AIC_MODEL,
+        "ours_model": "deepseek-v4-flash",
+        "ours_optimizations": "baseline",
+        "note": __doc__,
+        "tuned_to_aic": False,
+        "wall_s": time.time() - t0,
+        "summary": summary,
+        "rows": rows,
+    }
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(f"wrote {args.out}")
 

@@ -119,7 +119,9 @@ class GroupArrays:
         )
 
 
-def step_arrays(ranks, phase: str, model: ModelSpec, codes: tuple[CodeShape, ...]) -> tuple[GroupArrays, GroupArrays | None]:
+def step_arrays(
+    ranks, phase: str, model: ModelSpec, codes: tuple[CodeShape, ...]
+) -> tuple[GroupArrays, GroupArrays | None]:
     """Per-rank sums of a whole step: the vectorized single-token decode form when it applies (one
     pass over all ranks' sequences), else rank by rank."""
     if phase == "decode":

@@ -54,7 +54,9 @@ def gemm_time(
     ctas = np.ceil(np.maximum(m, 1.0) / CTA_TILE) * col_tiles
     # library split-K (cuBLAS-like, as calibrated on the H200): K in 256-deep slices, at most one CTA
     # per SM; cluster split-K (the Rubin decode GEMM) always spreads the weights over every SM
-    ctas = np.maximum(ctas, np.minimum(hw.sm_count, col_tiles * np.maximum(1, np.asarray(k) // 256)))
+    ctas = np.maximum(
+        ctas, np.minimum(hw.sm_count, col_tiles * np.maximum(1, np.asarray(k) // 256))
+    )
     if cluster_split_k:
         ctas = np.maximum(ctas, hw.sm_count)
     stream_bw = np.minimum(ctas, hw.sm_count) * hw.microarch.per_sm_bw_bytes_per_s

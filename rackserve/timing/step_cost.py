@@ -133,16 +133,23 @@ def step_cost(
         )
     lg = ctx.groups[phase]
     groups = step_arrays(batch.ranks, phase, ctx.model, ctx.codes)
-    kv = Parts(layout.dp)  # components that depend on each sequence's context (and the rank's transfers)
+    kv = Parts(
+        layout.dp
+    )  # components that depend on each sequence's context (and the rank's transfers)
     bundles = []
     for gi, ga in enumerate(groups):
         if ga is None or lg.layers[gi] == 0:
             continue
         _kv_attention(ctx, layout, phase, lg, gi, ga, kv)
-        bundles.append(_token_bundle(ctx, layout, phase, lg, gi, ga, groups[0].tokens, batch.expert_tokens))
+        bundles.append(
+            _token_bundle(ctx, layout, phase, lg, gi, ga, groups[0].tokens, batch.expert_tokens)
+        )
     if any(rb.pool_hbm_tokens or rb.pool_dram_tokens for rb in batch.ranks):
-        transfer = [kv_transfer(rb.pool_hbm_tokens, "pool_hbm") + kv_transfer(rb.pool_dram_tokens, "pool_dram")
-                    for rb in batch.ranks]
+        transfer = [
+            kv_transfer(rb.pool_hbm_tokens, "pool_hbm")
+            + kv_transfer(rb.pool_dram_tokens, "pool_dram")
+            for rb in batch.ranks
+        ]
         kv.add("kv_transfer", transfer)
     attn = sum(b.attn_total for b in bundles) + kv.total(ATTN_PART)
     moe = sum(b.moe_total for b in bundles)
@@ -181,12 +188,26 @@ class Bundle:
     @staticmethod
     def of(parts: Parts, crit: Parts) -> Bundle:
         names = [n for n in MOE_PART if n in crit.t]
-        return Bundle(parts, crit, parts.total(ATTN_PART), parts.total(MOE_PART),
-                      {n: float(crit.t[n][0]) for n in names}, {n: _bound(n, crit, 0) for n in names})
+        return Bundle(
+            parts,
+            crit,
+            parts.total(ATTN_PART),
+            parts.total(MOE_PART),
+            {n: float(crit.t[n][0]) for n in names},
+            {n: _bound(n, crit, 0) for n in names},
+        )
 
 
-def _token_bundle(ctx, lay: Layout, phase: str, lg: LayerGroups, gi: int, ga: GroupArrays,
-                  tokens_full: np.ndarray, expert_tokens) -> Bundle:
+def _token_bundle(
+    ctx,
+    lay: Layout,
+    phase: str,
+    lg: LayerGroups,
+    gi: int,
+    ga: GroupArrays,
+    tokens_full: np.ndarray,
+    expert_tokens,
+) -> Bundle:
     """Every component that depends only on the per-rank token counts (projections, mHC, all-reduce,
     LM head, and, with the expert-load model, the whole MoE part): memoized on those counts, since
     a simulator's steps repeat the same counts many times."""
@@ -212,8 +233,15 @@ def _token_bundle(ctx, lay: Layout, phase: str, lg: LayerGroups, gi: int, ga: Gr
     return bundle
 
 
-def _kv_attention(ctx: CostContext, lay: Layout, phase: str, lg: LayerGroups, gi: int,
-                  ga: GroupArrays, parts: Parts) -> None:
+def _kv_attention(
+    ctx: CostContext,
+    lay: Layout,
+    phase: str,
+    lg: LayerGroups,
+    gi: int,
+    ga: GroupArrays,
+    parts: Parts,
+) -> None:
     """Attention over each sequence's window and selected/compressed KV, and the indexer scan."""
     hw, m, o = ctx.hw, ctx.model, ctx.opts
     att = m.attention
@@ -224,7 +252,11 @@ def _kv_attention(ctx: CostContext, lay: Layout, phase: str, lg: LayerGroups, gi
     bytes_ = win * att.window_entry_bytes + comp * att.compressed_entry_bytes
     overlap = 1.0 if o.attn_overlap else hw.efficiency.attention_overlap
     t, tc, tm = attention_time(
-        hw, flops, bytes_, math_dtype=att.math_dtype, overlap=overlap,
+        hw,
+        flops,
+        bytes_,
+        math_dtype=att.math_dtype,
+        overlap=overlap,
         domain=domain_bw_factor(hw, False),
     )
     if phase == "decode" and not o.kv_gather_ahead:
@@ -234,14 +266,24 @@ def _kv_attention(ctx: CostContext, lay: Layout, phase: str, lg: LayerGroups, gi
         ix = m.indexer
         dt = "fp4" if o.fp4_indexer else "fp8"
         it, itc, itm = attention_time(
-            hw, ga.scan_entries * (2.0 * (ix.heads / lay.tp) * ix.head_dim),
-            ga.key_reads * ix.key_bytes, math_dtype=dt, overlap=1.0,
+            hw,
+            ga.scan_entries * (2.0 * (ix.heads / lay.tp) * ix.head_dim),
+            ga.key_reads * ix.key_bytes,
+            math_dtype=dt,
+            overlap=1.0,
         )
         parts.add("indexer", it @ counts, itc @ counts, itm @ counts)
 
 
-def _token_attention(ctx: CostContext, lay: Layout, phase: str, lg: LayerGroups, gi: int,
-                     tokens: np.ndarray, parts: Parts) -> None:
+def _token_attention(
+    ctx: CostContext,
+    lay: Layout,
+    phase: str,
+    lg: LayerGroups,
+    gi: int,
+    tokens: np.ndarray,
+    parts: Parts,
+) -> None:
     """Projections (attention + indexer), mHC residual traffic and the TP all-reduces."""
     hw, m, o = ctx.hw, ctx.model, ctx.opts
     split_k = o.split_k
@@ -256,10 +298,14 @@ def _token_attention(ctx: CostContext, lay: Layout, phase: str, lg: LayerGroups,
         passes = max(1, m.mhc.passes_per_sublayer - 2) if fused else m.mhc.passes_per_sublayer
         mbytes = tokens * m.mhc.streams * m.hidden * m.mhc.elem_bytes * passes * 2
         kernels = 0 if fused else 2
-        mt = copy_time(hw, mbytes, domain_bw_factor(hw, o.domain_local)) + kernels * hw.microarch.kernel_overhead_s * (tokens > 0)
+        mt = copy_time(
+            hw, mbytes, domain_bw_factor(hw, o.domain_local)
+        ) + kernels * hw.microarch.kernel_overhead_s * (tokens > 0)
         parts.add("mhc", mt, None, mt, times=layers)
     if lay.tp > 1:
-        ar = np.array([comm.allreduce_time(hw, x * m.hidden * 2.0, lay.tp, lay.trays) for x in tokens])
+        ar = np.array(
+            [comm.allreduce_time(hw, x * m.hidden * 2.0, lay.tp, lay.trays) for x in tokens]
+        )
         parts.add("all_reduce", ar, times=2 * layers)
 
 
@@ -315,7 +361,9 @@ def _moe_part(
             a = gemm_time(
                 hw, src, 2 * inter, m.hidden, weight_dtype=moe.shared_dtype, cluster_split_k=split_k
             )
-            b = gemm_time(hw, src, m.hidden, inter, weight_dtype=moe.shared_dtype, cluster_split_k=split_k)
+            b = gemm_time(
+                hw, src, m.hidden, inter, weight_dtype=moe.shared_dtype, cluster_split_k=split_k
+            )
             p.add("dense_mlp", a[0] + b[0], a[1] + b[1], a[2] + b[2], times=lg.dense_layers[gi])
     n_moe = lg.moe_layers[gi]
     if n_moe == 0 or tokens.sum() == 0:
@@ -432,7 +480,9 @@ def _moe_rank(
     )
     p.add("moe_gemm", t, tc, tm, times=n_moe)
     # gate: router GEMM + sqrt-softplus scoring (MegaGate scores only candidate experts after a bound)
-    g, gc, gm = gemm_time(hw, own, moe.experts, m.hidden, weight_dtype="bf16", cluster_split_k=split_k)
+    g, gc, gm = gemm_time(
+        hw, own, moe.experts, m.hidden, weight_dtype="bf16", cluster_split_k=split_k
+    )
     evaluated = moe.experts * (moe.megagate_candidate_fraction if o.megagate else 1.0)
     bound = moe.experts * 2.0 if o.megagate else 0.0
     elem = own * (evaluated * moe.gate_flops_per_expert + bound) / hw.peak_flops.vector_fp32
@@ -450,7 +500,9 @@ def _shared_expert(
     if moe.shared_experts == 0:
         return
     inter = moe.shared_experts * moe.intermediate // lay.tp
-    a = gemm_time(hw, own, 2 * inter, m.hidden, weight_dtype=moe.shared_dtype, cluster_split_k=split_k)
+    a = gemm_time(
+        hw, own, 2 * inter, m.hidden, weight_dtype=moe.shared_dtype, cluster_split_k=split_k
+    )
     b = gemm_time(hw, own, m.hidden, inter, weight_dtype=moe.shared_dtype, cluster_split_k=split_k)
     t, tc, tm = a[0] + b[0], a[1] + b[1], a[2] + b[2]
     if o.shared_in_routed:
@@ -487,8 +539,13 @@ def _lm_head(ctx, lay: Layout, phase: str, ga: GroupArrays, parts: Parts) -> Non
     m, o = ctx.model, ctx.opts
     rows = ga.tokens if phase == "decode" else ga.seqs
     t, tc, tm = gemm_time(
-        ctx.hw, rows, m.vocab // lay.tp, m.hidden, weight_dtype=m.lm_head_dtype,
-        cluster_split_k=o.split_k, domain=domain_bw_factor(ctx.hw, o.domain_local),
+        ctx.hw,
+        rows,
+        m.vocab // lay.tp,
+        m.hidden,
+        weight_dtype=m.lm_head_dtype,
+        cluster_split_k=o.split_k,
+        domain=domain_bw_factor(ctx.hw, o.domain_local),
     )
     parts.add("lm_head", t, tc, tm)
 
@@ -511,7 +568,9 @@ def _engram(ctx, lg: LayerGroups, gi: int, tokens: np.ndarray, parts: Parts) -> 
     parts.add("engram", total)
 
 
-def _assemble(kv: Parts, bundles: list[Bundle], attn: np.ndarray, moe: np.ndarray, lay: Layout) -> StepCost:
+def _assemble(
+    kv: Parts, bundles: list[Bundle], attn: np.ndarray, moe: np.ndarray, lay: Layout
+) -> StepCost:
     """Critical path: the slowest rank's attention part + the busiest EP rank's MoE part."""
     if attn.max() <= 0 and moe.max() <= 0:
         return StepCost(0.0, {}, (0.0,) * lay.dp, {})
@@ -527,7 +586,10 @@ def _assemble(kv: Parts, bundles: list[Bundle], attn: np.ndarray, moe: np.ndarra
         for acc, part in zip((breakdown, tc, tm), b.rank_view(ra), strict=True):
             for name, value in part.items():
                 acc[name] = acc.get(name, 0.0) + value
-    bound = {n: "comm" if n in COMM else ("compute" if tc.get(n, 0.0) > tm.get(n, 0.0) else "memory") for n in breakdown}
+    bound = {
+        n: "comm" if n in COMM else ("compute" if tc.get(n, 0.0) > tm.get(n, 0.0) else "memory")
+        for n in breakdown
+    }
     crit_bound: dict[str, list[str]] = {}
     for b in bundles:
         for name, value in b.crit_breakdown.items():

@@ -65,6 +65,17 @@ def test_vectorized_decode_sums_equal_rank_by_rank_sums():
             continue
         fast = _decode_arrays(ranks, model.attention.window, codes)
         slow = GroupArrays.stack([rank_groups(rb, "decode", model, codes)[0] for rb in ranks])
-        for field in ("tokens", "seqs", "window_entries", "comp_entries", "scan_entries", "key_reads"):
-            np.testing.assert_allclose(getattr(fast, field), getattr(slow, field), rtol=1e-12, err_msg=field)
-    assert _decode_arrays([RankBatch.of([2], [5])], model.attention.window, codes) is None  # multi-token: general path
+        for field in (
+            "tokens",
+            "seqs",
+            "window_entries",
+            "comp_entries",
+            "scan_entries",
+            "key_reads",
+        ):
+            np.testing.assert_allclose(
+                getattr(fast, field), getattr(slow, field), rtol=1e-12, err_msg=field
+            )
+    assert (
+        _decode_arrays([RankBatch.of([2], [5])], model.attention.window, codes) is None
+    )  # multi-token: general path

@@ -218,7 +218,9 @@ def test_kv_and_pd_transfer(vr200):
     link = hw.nvlink_bw_bytes_per_s * hw.efficiency.nvlink
     assert hbm[2] == pytest.approx(hw.nvlink_latency_s + bytes_ / link + blocks)
     one_more_block = vr200.kv_transfer_s(65, "pool_hbm") - vr200.kv_transfer_s(64, "pool_hbm")
-    assert one_more_block == pytest.approx(hw.kv_block_overhead_s + vr200.model.kv_bytes_per_token / link)
+    assert one_more_block == pytest.approx(
+        hw.kv_block_overhead_s + vr200.model.kv_bytes_per_token / link
+    )
     assert vr200.kv_transfer_s(0, "pool_dram") == 0.0
     with pytest.raises(ValueError, match="tier"):
         vr200.kv_transfer_s(10, "disk")
@@ -265,3 +267,21 @@ def test_deepseek_v3_runs_with_its_dense_layers():
         and "mhc" not in cost.breakdown
         and "indexer" not in cost.breakdown
     )
+
+
+def test_decode_leap_matches_stepping_token_by_token(vr200):
+    wide = vr200.layout("wide-ep", ranks=4)
+    rng = np.random.default_rng(3)
+    ranks = tuple(
+        RankBatch(np.ones(16, dtype=np.int64), rng.integers(500, 40000, 16)) for _ in range(4)
+    )
+    steps = 64
+    stepped = 0.0
+    for s in range(steps):
+        batch = StepBatch(tuple(RankBatch(rb.new_tokens, rb.cached_tokens + s) for rb in ranks))
+        stepped += vr200.step_time("decode", wide, batch).total_s
+    leap = vr200.decode_leap(wide, StepBatch(ranks), steps)
+    assert leap.total_s == pytest.approx(stepped, rel=2e-3)
+    assert leap.total_s == pytest.approx(sum(leap.breakdown.values()))
+    with pytest.raises(ValueError, match="steps"):
+        vr200.decode_leap(wide, StepBatch(ranks), 0)
