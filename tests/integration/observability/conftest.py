@@ -19,7 +19,7 @@ from services.prometheus_server import PrometheusServer, binary
 from services.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
-BENCH_REQUESTS = 24
+BENCH_REQUESTS = 32
 
 
 @dataclass(frozen=True)
@@ -85,11 +85,11 @@ def prometheus(obs_cluster):
 
 
 def small_trace(path: Path, n: int) -> Path:
-    """n requests in 4 groups sharing a 2-block prefix (prefix-cache hits), 32 output tokens each."""
+    """n requests in 4 groups sharing a 2-block prefix (prefix-cache hits), 128 output tokens each (32 at length scale 0.25)."""
     with path.open("w") as f:
         for i in range(n):
             group = i % 4
-            record = {"timestamp": 100 * i, "input_length": 1400, "output_length": 32,
+            record = {"timestamp": 100 * i, "input_length": 1400, "output_length": 128,
                       "hash_ids": [1000 + group, 2000 + group, 3000 + i]}  # fmt: skip
             f.write(json.dumps(record) + "\n")
     return path
