@@ -10,6 +10,7 @@ from rackserve.timing.spec import HardwareSpec, ModelSpec, load_hardware, load_m
 from rackserve.timing.step_cost import CostContext, step_cost
 
 KV_TIERS = ("pool_hbm", "pool_dram")
+REFERENCE_PREFILL_TOKENS = 16384  # a busy prefill rank's batch, for the router's marginal estimate
 
 
 class TimingModel:
@@ -33,6 +34,7 @@ class TimingModel:
         self.block_tokens = block_tokens
         self._ctx = CostContext.build(hardware, model, optimizations)
         self._layouts: dict[tuple[str, int | None], Layout] = {}
+        self._estimates: dict[tuple[str, int, int], float] = {}
 
     @staticmethod
     def create(
@@ -126,10 +128,25 @@ class TimingModel:
         return float(comm.p2p_time(self.hardware, bytes_))
 
     def prefill_estimate_s(self, layout: Layout, new_tokens: int, cached_tokens: int) -> float:
-        """Cheap scalar for the router: one prompt's prefill alone on one DP rank of `layout`."""
+        """Cheap scalar for the router: the time this prompt adds to a busy prefill rank of `layout`,
+        i.e. step(reference batch + prompt) - step(reference batch), the reference being one
+        REFERENCE_PREFILL_TOKENS-token prompt on every rank. A lone small prompt is bound by streaming
+        all expert weights, which a batched prefill pays once for all its prompts; the marginal cost
+        is what distinguishes a cache hit from a miss. Memoized per (layout, new, cached)."""
         if new_tokens <= 0:
             return 0.0
-        ranks = [RankBatch.of([new_tokens], [cached_tokens])] + [
-            RankBatch.of([]) for _ in range(layout.dp - 1)
-        ]
-        return self.step_time("prefill", layout, StepBatch(tuple(ranks))).total_s
+        key = (layout.key, int(new_tokens), int(cached_tokens))
+        hit = self._estimates.get(key)
+        if hit is not None:
+            return hit
+        ref = RankBatch.of([REFERENCE_PREFILL_TOKENS])
+        with_prompt = RankBatch.of([REFERENCE_PREFILL_TOKENS, new_tokens], [0, cached_tokens])
+        base = self.step_time("prefill", layout, StepBatch((ref,) * layout.dp)).total_s
+        more = self.step_time(
+            "prefill", layout, StepBatch((with_prompt,) + (ref,) * (layout.dp - 1))
+        ).total_s
+        value = max(more - base, 0.0)
+        if len(self._estimates) > 100_000:
+            self._estimates.clear()
+        self._estimates[key] = value
+        return value

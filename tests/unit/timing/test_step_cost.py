@@ -236,9 +236,17 @@ def test_prefill_estimate_rewards_cache_hits(vr200):
     dep2 = vr200.layout("dep2")
     cold = vr200.prefill_estimate_s(dep2, 8192, 0)
     warm = vr200.prefill_estimate_s(dep2, 1024, 7168)
-    assert 0 < warm < cold
+    assert 0 < warm < cold / 4  # a hit saves most of the marginal work, not just a sliver
     assert vr200.prefill_estimate_s(dep2, 0, 100) == 0.0
-    assert vr200.prefill_estimate_s(dep2, 2048, 0) < vr200.prefill_estimate_s(dep2, 4096, 0)
+    sizes = [vr200.prefill_estimate_s(dep2, n, 0) for n in (512, 2048, 8192)]
+    assert sizes[0] < sizes[1] < sizes[2] and sizes[2] > 3 * sizes[1]
+    # it is the marginal cost on a busy rank: step(ref + prompt) - step(ref)
+    ref = RankBatch.of([16384])
+    base = vr200.step_time("prefill", dep2, StepBatch((ref, ref))).total_s
+    more = vr200.step_time(
+        "prefill", dep2, StepBatch((RankBatch.of([16384, 2048], [0, 0]), ref))
+    ).total_s
+    assert vr200.prefill_estimate_s(dep2, 2048, 0) == pytest.approx(more - base)
 
 
 def test_bad_inputs_name_the_field(vr200):
