@@ -22,11 +22,15 @@ from pathlib import Path
 import httpx
 
 from rackserve.config import Config, load_config
+from services.prometheus_server import PrometheusServer, cluster_targets, start_if_available
 from services.redis_server import RedisServer, free_port
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "scenarios" / "local.yaml"
-RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
-           "RAY_AUTH_MODE": "disabled"}
+RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "disabled",
+}
 STOP_GRACE_S = 30.0  # the Ray head drains up to ~10 s after SIGTERM
 
 
@@ -82,14 +86,20 @@ class Cluster:
     ray_address: str | None = None
     children: list[Child] = field(default_factory=list)
     redis: RedisServer | None = None
+    prometheus: PrometheusServer | None = None
     urls: dict[str, str] = field(default_factory=dict)
 
     def spawn(self, name: str, args: list[str]) -> Child:
         log_path = self.log_dir / f"{name}.log"
         env = {**os.environ, **(RAY_ENV if self.ray_is_local else {})}
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env)
+            proc = subprocess.Popen(
+                [sys.executable, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
         child = Child(name, proc, log_path)
         self.children.append(child)
         return child
@@ -103,44 +113,125 @@ class Cluster:
         deadline = time.monotonic() + timeout_s
         redis_url = self.cfg.cluster.redis_url or self._start_redis()
         ray_address = self.ray_address or self.cfg.cluster.ray_address or self._start_ray(deadline)
-        pool_port, host = free_port(), self.cfg.cluster.host
-        pool = self.spawn("kvpool", ["-m", "services.kvpool", "--redis-url", redis_url, "--host", host,
-                                     "--port", str(pool_port), "--metrics-port", str(free_port()),
-                                     "--config", str(self.config_path)])
+        pool_port, pool_metrics, host = free_port(), free_port(), self.cfg.cluster.host
+        pool = self.spawn(
+            "kvpool",
+            [
+                "-m",
+                "services.kvpool",
+                "--redis-url",
+                redis_url,
+                "--host",
+                host,
+                "--port",
+                str(pool_port),
+                "--metrics-port",
+                str(pool_metrics),
+                "--config",
+                str(self.config_path),
+            ],
+        )
         engram = self._start_engram(host, deadline)
         wait_port(pool, host, pool_port, deadline)
         ports = {role: (free_port(), free_port()) for role in ("prefill", "decode")}
-        workers = [self.spawn(role, ["-m", f"services.{role}", "--config", str(self.config_path),
-                                     "--host", host, "--port", str(grpc), "--metrics-port", str(metrics),
-                                     "--ray-address", ray_address, "--redis-url", redis_url,
-                                     "--pool", f"{host}:{pool_port}", "--engram", *engram])
-                   for role, (grpc, metrics) in ports.items()]
+        workers = [
+            self.spawn(
+                role,
+                [
+                    "-m",
+                    f"services.{role}",
+                    "--config",
+                    str(self.config_path),
+                    "--host",
+                    host,
+                    "--port",
+                    str(grpc),
+                    "--metrics-port",
+                    str(metrics),
+                    "--ray-address",
+                    ray_address,
+                    "--redis-url",
+                    redis_url,
+                    "--pool",
+                    f"{host}:{pool_port}",
+                    "--engram",
+                    *engram,
+                ],
+            )
+            for role, (grpc, metrics) in ports.items()
+        ]
         for worker, (grpc, _) in zip(workers, ports.values(), strict=True):
             wait_port(worker, host, grpc, deadline)
         metrics_urls = [f"http://{host}:{m}/metrics" for _, m in ports.values()]
         router_grpc = free_port()
-        router = self.spawn("router", [
-            "-m", "services.router", "--config", str(self.config_path), "--host", host,
-            "--http-port", str(self.http_port), "--grpc-port", str(router_grpc),
-            "--prefill", f"{host}:{ports['prefill'][0]}", "--decode", f"{host}:{ports['decode'][0]}",
-            "--redis-url", redis_url, "--worker-metrics", *metrics_urls])
+        router = self.spawn(
+            "router",
+            [
+                "-m",
+                "services.router",
+                "--config",
+                str(self.config_path),
+                "--host",
+                host,
+                "--http-port",
+                str(self.http_port),
+                "--grpc-port",
+                str(router_grpc),
+                "--prefill",
+                f"{host}:{ports['prefill'][0]}",
+                "--decode",
+                f"{host}:{ports['decode'][0]}",
+                "--redis-url",
+                redis_url,
+                "--worker-metrics",
+                *metrics_urls,
+            ],
+        )
         base = f"http://{host}:{self.http_port}"
         wait_http(router, f"{base}/ready", deadline)
-        self.urls = {"OpenAI API": f"{base}/v1", "metrics": f"{base}/metrics",
-                     "router (gRPC)": f"{host}:{router_grpc}", "redis": redis_url,
-                     "ray": ray_address, "kv pool (gRPC)": f"{host}:{pool_port}",
-                     "prefill (gRPC)": f"{host}:{ports['prefill'][0]}",
-                     "decode (gRPC)": f"{host}:{ports['decode'][0]}",
-                     "engram shards": ",".join(engram), "logs": str(self.log_dir)}
+        self.urls = {
+            "OpenAI API": f"{base}/v1",
+            "metrics": f"{base}/metrics",
+            "router (gRPC)": f"{host}:{router_grpc}",
+            "redis": redis_url,
+            "ray": ray_address,
+            "kv pool (gRPC)": f"{host}:{pool_port}",
+            "prefill (gRPC)": f"{host}:{ports['prefill'][0]}",
+            "decode (gRPC)": f"{host}:{ports['decode'][0]}",
+            "engram shards": ",".join(engram),
+            "logs": str(self.log_dir),
+        }
+        if self.cfg.cluster.prometheus:  # scrapes the router (workers merged in) and the pool
+            self.prometheus = start_if_available(
+                cluster_targets(host, self.http_port, pool_metrics)
+            )
+        if self.prometheus is not None:
+            self.urls = {"prometheus": self.prometheus.url, **self.urls}
 
     def _start_engram(self, host: str, deadline: float) -> list[str]:
         """One process per Engram shard; returns their gRPC addresses once all listen."""
         shards = self.cfg.engram.shards
         ports = [free_port() for _ in range(shards)]
-        procs = [self.spawn(f"engram-{i}", ["-m", "services.engram", "--shard", str(i), "--shards",
-                                            str(shards), "--host", host, "--port", str(port),
-                                            "--config", str(self.config_path)])
-                 for i, port in enumerate(ports)]
+        procs = [
+            self.spawn(
+                f"engram-{i}",
+                [
+                    "-m",
+                    "services.engram",
+                    "--shard",
+                    str(i),
+                    "--shards",
+                    str(shards),
+                    "--host",
+                    host,
+                    "--port",
+                    str(port),
+                    "--config",
+                    str(self.config_path),
+                ],
+            )
+            for i, port in enumerate(ports)
+        ]
         for proc, port in zip(procs, ports, strict=True):
             wait_port(proc, host, port, deadline)
         return [f"{host}:{port}" for port in ports]
@@ -159,10 +250,24 @@ class Cluster:
         env = {**os.environ, **RAY_ENV, "AUTOSCALER_METRIC_PORT": str(free_port())}
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                [str(ray_bin), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
-                 f"--num-cpus={os.cpu_count() or 2}", "--include-dashboard=false", "--disable-usage-stats",
-                 f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+                [
+                    str(ray_bin),
+                    "start",
+                    "--head",
+                    "--block",
+                    f"--port={port}",
+                    "--node-ip-address=127.0.0.1",
+                    f"--num-cpus={os.cpu_count() or 2}",
+                    "--include-dashboard=false",
+                    "--disable-usage-stats",
+                    f"--ray-client-server-port={free_port()}",
+                    f"--dashboard-agent-listen-port={free_port()}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
         child = Child("ray", proc, log_path)
         self.children.append(child)
         wait_port(child, "127.0.0.1", port, deadline)
@@ -170,6 +275,9 @@ class Cluster:
         return f"127.0.0.1:{port}"
 
     def stop(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.stop()
+            self.prometheus = None
         for child in reversed(self.children):
             child.stop()
         self.children.clear()
@@ -181,7 +289,9 @@ class Cluster:
 def _check_alive(child: Child) -> None:
     if not child.alive():
         tail = child.log_path.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"{child.name} exited with {child.proc.returncode}; log {child.log_path}:\n{tail}")
+        raise RuntimeError(
+            f"{child.name} exited with {child.proc.returncode}; log {child.log_path}:\n{tail}"
+        )
 
 
 def wait_port(child: Child, host: str, port: int, deadline: float) -> None:
@@ -219,7 +329,9 @@ def wait_http(child: Child, url: str, deadline: float) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="rackserve up", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(DEFAULT_CONFIG), help="deployment YAML")
-    parser.add_argument("--port", type=int, default=None, help="front door HTTP port (default: config)")
+    parser.add_argument(
+        "--port", type=int, default=None, help="front door HTTP port (default: config)"
+    )
     parser.add_argument("--ray-address", default=None, help="join an existing Ray cluster")
     parser.add_argument("--log-dir", default=None, help="service logs (default: a new temp dir)")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for health")
@@ -238,7 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="rackserve-up-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     port = args.port if args.port is not None else cfg.cluster.http_port
-    cluster = Cluster(cfg, Path(args.config).resolve(), port or free_port(), log_dir, args.ray_address)
+    cluster = Cluster(
+        cfg, Path(args.config).resolve(), port or free_port(), log_dir, args.ray_address
+    )
     stopping = {"now": False}
 
     def request_stop(*_: object) -> None:

@@ -26,6 +26,7 @@ BENCH_REQUESTS = 32
 class LiveCluster:
     base_url: str  # the router's front door, http://127.0.0.1:PORT
     scrape_targets: dict[str, list[str]]  # Prometheus job -> host:port
+    prometheus_url: str | None = None  # the one `rackserve up` started, if it did
 
 
 def _kvpool_metrics(log_dir: Path) -> list[str]:
@@ -44,12 +45,13 @@ def obs_cluster(request, tmp_path_factory):
     try:
         live = request.getfixturevalue("live_cluster")
         base_url, log_dir, own = live.base_url, Path(live.log_dir), None
+        prom_url = live.urls.get("prometheus")
     except pytest.FixtureLookupError:
-        base_url, log_dir, own = _own_launcher(tmp_path_factory.mktemp("rackserve-up"))
+        base_url, log_dir, own, prom_url = _own_launcher(tmp_path_factory.mktemp("rackserve-up"))
     targets = {"router": [base_url.removeprefix("http://")]}
     if pool := _kvpool_metrics(log_dir):
         targets["kvpool"] = pool
-    yield LiveCluster(base_url, targets)
+    yield LiveCluster(base_url, targets, prom_url)
     if own is not None:
         own.send_signal(signal.SIGTERM)
         try:
@@ -59,18 +61,20 @@ def obs_cluster(request, tmp_path_factory):
             own.wait(10)
 
 
-def _own_launcher(log_dir: Path) -> tuple[str, Path, subprocess.Popen]:
+def _own_launcher(log_dir: Path) -> tuple[str, Path, subprocess.Popen, str | None]:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.launcher", "--port", str(port), "--log-dir", str(log_dir)],
         cwd=ROOT, env={**os.environ, "RACKSERVE_CLUSTER__TIME_SCALE": "0.01"},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    lines = []
+    lines, up = [], False
     for line in proc.stdout:  # type: ignore[union-attr]
         lines.append(line)
-        if line.startswith("rackserve is up"):
-            return f"http://127.0.0.1:{port}", log_dir, proc
+        up = up or line.startswith("rackserve is up")
+        if up and line.strip().startswith("logs"):
+            urls = dict(x.strip().rsplit(None, 1) for x in lines if x.startswith("  "))
+            return f"http://127.0.0.1:{port}", log_dir, proc, urls.get("prometheus")
     proc.wait(90)
     pytest.fail("rackserve up exited before it was up:\n" + "".join(lines[-40:]))
 
@@ -79,6 +83,11 @@ def _own_launcher(log_dir: Path) -> tuple[str, Path, subprocess.Popen]:
 def prometheus(obs_cluster):
     if binary() is None:
         pytest.skip("prometheus binary not installed (apt-get install prometheus)")
+    if obs_cluster.prometheus_url:  # `rackserve up` started one: query it (it stops it itself)
+        yield PrometheusServer(
+            obs_cluster.scrape_targets, port=int(obs_cluster.prometheus_url.rsplit(":", 1)[1])
+        )
+        return
     server = PrometheusServer(obs_cluster.scrape_targets).start()
     yield server
     server.stop()

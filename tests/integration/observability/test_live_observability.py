@@ -68,6 +68,15 @@ def _finite(result: list | None) -> bool:
     return bool(result) and any(math.isfinite(float(r["value"][1])) for r in result)
 
 
+def test_rackserve_up_started_the_prometheus_we_query(obs_cluster, prometheus):
+    assert obs_cluster.prometheus_url == prometheus.url
+    jobs = {
+        t["labels"]["job"]
+        for t in httpx.get(f"{prometheus.url}/api/v1/targets").json()["data"]["activeTargets"]
+    }
+    assert jobs == {"router", "kvpool"}
+
+
 def test_every_dashboard_panel_returns_data(prometheus, bench_run):
     exprs = {expr: f"{name} / {title}" for name, title, expr in all_exprs()}
     answers = _poll(prometheus, list(exprs), deadline_s=60.0)
