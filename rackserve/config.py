@@ -122,6 +122,15 @@ class ClusterSection(Section):
     redis_url: str | None = Field(None, description="external Redis; None starts an embedded one")
     ray_address: str | None = None
     prometheus: bool = True
+    # Front door limits and security (issue 9; enforced by services/router/limits.py).
+    public_bind: bool = Field(False, description="allow a non-loopback host (logged at start)")
+    api_key: str | None = Field(None, repr=False, description="Bearer key for /v1 and /admin")
+    api_key_file: str | None = Field(None, description="file whose first line is the Bearer key")
+    max_body_bytes: int = Field(1 << 20, gt=0, description="larger request bodies get 413")
+    max_json_depth: int = Field(32, gt=0, description="deeper JSON request bodies get 400")
+    max_in_flight: int = Field(256, gt=0, description="front-door requests served at once")
+    max_queued: int = Field(1024, ge=0, description="requests waiting for a slot; more get 429")
+    queue_timeout_s: float = Field(30.0, gt=0, description="longest wait for a slot, then 503")
 
 
 class Config(Section):
