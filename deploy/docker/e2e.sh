@@ -73,6 +73,27 @@ echo "$reply"
 python3 -c 'import json,sys; r=json.loads(sys.argv[1]); assert r["choices"][0]["text"] and r["usage"]["completion_tokens"] > 0, r' "$reply"
 step "completion ok"
 
+step "the same prompt streamed with the openai client (host .venv, inside the netns) gives the same text"
+streamed=$("$HERE/engine.sh" exec .venv/bin/python - "$MODEL" <<'PYEOF'
+import sys
+from openai import OpenAI
+client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")
+chunks = client.completions.create(model=sys.argv[1], prompt="The rack serves", max_tokens=8,
+                                   temperature=0, stream=True)
+print("".join(c.choices[0].text for c in chunks if c.choices))
+PYEOF
+)
+python3 -c 'import json,sys; want=json.loads(sys.argv[1])["choices"][0]["text"]; assert sys.argv[2] == want, (sys.argv[2], want)' "$reply" "$streamed"
+step "stream ok: $streamed"
+
+if [ -f "${TRACE:-../shared/data/mooncake_synthetic_trace.jsonl}" ]; then
+  step "rackserve bench: 8 trace requests at 4 req/s, prompts scaled to 2%"
+  "$HERE/engine.sh" exec .venv/bin/rackserve bench --url http://127.0.0.1:8000 \
+    --trace "${TRACE:-../shared/data/mooncake_synthetic_trace.jsonl}" --num-prompts 8 \
+    --length-scale 0.02 --request-rate 4 --no-progress | tail -25
+  step "bench done"
+fi
+
 step "wait for Prometheus to scrape the router's count of that request"
 for _ in $(seq 1 60); do
   out=$(prom_query 'sum(rackserve_requests_total{job="router"}) > 0' || true)

@@ -115,6 +115,7 @@ def test_ray_head_matches_the_launcher_but_for_container_networking(compose) -> 
     assert set(head) | container_only >= ray_head_flags()
     assert compose["ray-head"]["command"][:3] == ["ray", "start", "--head"]
     assert head["--num-cpus"] == ["0"], "the head is the control plane; worker containers bring CPUs"
+    assert compose["ray-head"]["healthcheck"]["test"][-1] == f"tcp://127.0.0.1:{head['--port'][0]}"
 
 
 def test_ports_are_wired_consistently(compose) -> None:
@@ -125,8 +126,11 @@ def test_ports_are_wired_consistently(compose) -> None:
     metrics = {w: _args(compose[w])["--metrics-port"][0] for w in WORKERS}
     assert router["--worker-metrics"] == [f"http://{w}:{metrics[w]}/metrics" for w in WORKERS]
     ray_port = _args(compose["ray-head"])["--port"][0]
+    shards = sorted((n for n, s in compose.items() if "command" in s and _module(s) == "engram"),
+                    key=lambda n: int(_args(compose[n])["--shard"][0]))
     for worker in WORKERS:
         args = _args(compose[worker])
+        assert args["--engram"] == [f"{n}:{port[n]}" for n in shards], "shard addresses in shard order"
         assert args["--pool"] == [f"kvpool:{port['kvpool']}"]
         assert args["--ray-address"] == [f"ray-head:{ray_port}"]
         assert compose[worker]["environment"]["RAY_HEAD_ADDRESS"] == f"ray-head:{ray_port}"
