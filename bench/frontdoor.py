@@ -58,9 +58,12 @@ def prompt_text(i: int) -> str:
 def new_engine() -> Engine:
     cfg = load_config(DEFAULT_CONFIG)
     model = ModelConfig.from_sections(cfg.engine, cfg.engram)
-    return Engine.from_config(model, num_blocks=cfg.engine.cache_blocks_per_rank,
-                              chunk_tokens=cfg.engine.prefill_chunk_tokens,
-                              max_batch_seqs=cfg.engine.max_batch_seqs)
+    return Engine.from_config(
+        model,
+        num_blocks=cfg.engine.cache_blocks_per_rank,
+        chunk_tokens=cfg.engine.prefill_chunk_tokens,
+        max_batch_seqs=cfg.engine.max_batch_seqs,
+    )
 
 
 def in_process_latency(n: int) -> dict:
@@ -97,17 +100,30 @@ def in_process_rate(n: int) -> dict:
 # -- cluster -----------------------------------------------------------------------------------
 def start_cluster(port: int) -> subprocess.Popen:
     env = {**os.environ, "RACKSERVE_CLUSTER__TIME_SCALE": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "services.launcher", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.launcher", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     for line in proc.stdout:  # type: ignore[union-attr]
         if line.strip().startswith("logs"):
             return proc
     raise RuntimeError("rackserve up exited before it was up")
 
 
-async def stream_one(client: httpx.AsyncClient, base: str, i: int, max_tokens: int) -> tuple[float, list[float]]:
-    body = {"model": MODEL, "prompt": prompt_text(i), "max_tokens": max_tokens, "temperature": 0,
-            "ignore_eos": True, "stream": True}
+async def stream_one(
+    client: httpx.AsyncClient, base: str, i: int, max_tokens: int
+) -> tuple[float, list[float]]:
+    body = {
+        "model": MODEL,
+        "prompt": prompt_text(i),
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
     t0 = time.perf_counter()
     arrivals = []
     async with client.stream("POST", f"{base}/v1/completions", json=body) as reply:
@@ -135,7 +151,9 @@ async def cluster_rate(base: str, n: int, concurrency: int) -> dict:
         while queue:
             await stream_one(client, base, queue.pop(), RATE_OUTPUT_TOKENS)
 
-    async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=concurrency)) as client:
+    async with httpx.AsyncClient(
+        timeout=300, limits=httpx.Limits(max_connections=concurrency)
+    ) as client:
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
         elapsed = time.perf_counter() - t0
@@ -145,7 +163,11 @@ async def cluster_rate(base: str, n: int, concurrency: int) -> dict:
 # -- report ------------------------------------------------------------------------------------
 def summary(values_s: list[float]) -> dict:
     ms = sorted(v * 1000 for v in values_s)
-    return {"p50": statistics.median(ms), "p90": ms[int(0.9 * (len(ms) - 1))], "mean": statistics.fmean(ms)}
+    return {
+        "p50": statistics.median(ms),
+        "p90": ms[int(0.9 * (len(ms) - 1))],
+        "mean": statistics.fmean(ms),
+    }
 
 
 def main() -> None:
@@ -159,19 +181,32 @@ def main() -> None:
     proc = start_cluster(port)
     try:
         base = f"http://127.0.0.1:{port}"
-        cluster = {**asyncio.run(cluster_latency(base, args.requests)),
-                   **asyncio.run(cluster_rate(base, args.rate_requests, args.concurrency))}
+        cluster = {
+            **asyncio.run(cluster_latency(base, args.requests)),
+            **asyncio.run(cluster_rate(base, args.rate_requests, args.concurrency)),
+        }
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(120)
     result = {
         "command": "bench/frontdoor.py " + " ".join(sys.argv[1:]),
-        "machine": {"cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0], "python": platform.python_version()},
-        "workload": {"prompt_tokens": PROMPT_CHARS, "output_tokens": OUTPUT_TOKENS,
-                     "rate_output_tokens": RATE_OUTPUT_TOKENS, "time_scale": 0},
-        "in_process": local, "cluster": cluster,
-        "overhead_ms": {"ttft_p50": cluster["ttft_ms"]["p50"] - local["ttft_ms"]["p50"],
-                        "itl_p50": cluster["itl_ms"]["p50"] - local["itl_ms"]["p50"]},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_avg_1m": os.getloadavg()[0],
+            "python": platform.python_version(),
+        },
+        "workload": {
+            "prompt_tokens": PROMPT_CHARS,
+            "output_tokens": OUTPUT_TOKENS,
+            "rate_output_tokens": RATE_OUTPUT_TOKENS,
+            "time_scale": 0,
+        },
+        "in_process": local,
+        "cluster": cluster,
+        "overhead_ms": {
+            "ttft_p50": cluster["ttft_ms"]["p50"] - local["ttft_ms"]["p50"],
+            "itl_p50": cluster["itl_ms"]["p50"] - local["itl_ms"]["p50"],
+        },
         "dynamo": None,  # Dynamo frontend + mocker side by side: not run (see README / report)
     }
     RESULT.write_text(json.dumps(result, indent=2) + "\n")

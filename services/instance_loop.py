@@ -40,8 +40,15 @@ class StepDone:
 class InstanceLoop:
     """Owns one instance's rank actors; `wake()` after submitting work to any of them."""
 
-    def __init__(self, spec: InstanceSpec, ranks: list, price: Callable[[StepBatch], StepCost],
-                 time_scale: float, metrics: ProcessMetrics, on_step: Callable[[StepDone], None]) -> None:
+    def __init__(
+        self,
+        spec: InstanceSpec,
+        ranks: list,
+        price: Callable[[StepBatch], StepCost],
+        time_scale: float,
+        metrics: ProcessMetrics,
+        on_step: Callable[[StepDone], None],
+    ) -> None:
         self.spec = spec
         self.ranks = ranks
         self.price = price
@@ -51,7 +58,9 @@ class InstanceLoop:
         self.sim_now_s = 0.0
         self.pacing_lag_s = 0.0
         self._wake = asyncio.Event()
-        self._active: set[int] = set()  # ranks with requests; idle ranks are not called (empty batch)
+        self._active: set[int] = (
+            set()
+        )  # ranks with requests; idle ranks are not called (empty batch)
         self._keys = [RankKey(spec.name, r, spec.role) for r in range(len(ranks))]
         metrics.ranks.declare_instance(spec.name, spec.role, spec.gpus)
 
@@ -75,7 +84,9 @@ class InstanceLoop:
     async def _step(self) -> bool:
         started = time.monotonic()
         called = sorted(self._active)
-        results: list[RankStep] = await asyncio.gather(*(self.ranks[r].step.remote() for r in called))
+        results: list[RankStep] = await asyncio.gather(
+            *(self.ranks[r].step.remote() for r in called)
+        )
         steps = [IDLE] * len(self.ranks)
         for r, step in zip(called, results, strict=True):
             steps[r] = step
@@ -97,12 +108,20 @@ class InstanceLoop:
     def _record(self, r: int, step: RankStep, cost: StepCost, lag_s: float) -> None:
         key = self._keys[r]
         busy = cost.rank_busy_s[r] if r < len(cost.rank_busy_s) else cost.total_s
-        self.metrics.ranks.record_step(key, busy, max(0.0, cost.total_s - busy), step.batch.num_seqs)
+        self.metrics.ranks.record_step(
+            key, busy, max(0.0, cost.total_s - busy), step.batch.num_seqs
+        )
         self.metrics.ranks.record_pacing(key, lag_s)
         if step is IDLE:  # not called this step: its last reported state still holds
             return
-        self.metrics.observe_rank_state(key, step.batch.num_seqs, step.waiting, step.queued_prompt_tokens,
-                                        step.kv_blocks_used, step.kv_blocks_total)
+        self.metrics.observe_rank_state(
+            key,
+            step.batch.num_seqs,
+            step.waiting,
+            step.queued_prompt_tokens,
+            step.kv_blocks_used,
+            step.kv_blocks_total,
+        )
 
     def _record_tokens(self, steps: list[RankStep]) -> None:
         """Computed prompt tokens (prefill) or sampled tokens (decode) of the step, per instance."""

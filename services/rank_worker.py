@@ -84,8 +84,13 @@ class RankWorker:
         eng = self.cfg.engine
         table = ShardedEngramTable(self.engram_addrs, model) if self.engram_addrs else None
         self.engine = Engine.from_config(
-            model, engram=table, num_blocks=eng.cache_blocks_per_rank, chunk_tokens=eng.prefill_chunk_tokens,
-            max_batch_seqs=eng.max_batch_seqs, publisher=Publisher(self.instance, self.rank))
+            model,
+            engram=table,
+            num_blocks=eng.cache_blocks_per_rank,
+            chunk_tokens=eng.prefill_chunk_tokens,
+            max_batch_seqs=eng.max_batch_seqs,
+            publisher=Publisher(self.instance, self.rank),
+        )
         self.model = model
         self.pool = PoolLink(self.pool_addr, owner=f"{self.instance}/{self.rank}")
         self._redis = redis.Redis.from_url(self.redis_url)
@@ -110,8 +115,14 @@ class RankWorker:
         self._seqs[request_id] = _Seq(prompt, (local + len(fetched)) * bs, hbm, dram)
         return Admitted(local * bs, hbm, dram)
 
-    def submit_decode(self, request_id: str, prompt: list[int], first_token: int,
-                      kv_hashes: list[int], params: dict) -> Admitted:
+    def submit_decode(
+        self,
+        request_id: str,
+        prompt: list[int],
+        first_token: int,
+        kv_hashes: list[int],
+        params: dict,
+    ) -> Admitted:
         """Join the batch after a P->D hand-off: import the prompt's blocks from the pool."""
         bs = self.model.block_size
         local = self.engine.cached_prefix_tokens(prompt) // bs
@@ -119,7 +130,9 @@ class RankWorker:
         fetched = self.pool.fetch(kv_hashes[local:])
         kv_blocks = [(h, b"") for h in kv_hashes[:local]] + [(h, data) for h, data, _ in fetched]
         sampling = SamplingParams(**_engine_params(params))
-        self.engine.add_request(request_id, prompt, sampling, output_ids=[first_token], kv_blocks=kv_blocks)
+        self.engine.add_request(
+            request_id, prompt, sampling, output_ids=[first_token], kv_blocks=kv_blocks
+        )
         hbm = sum(bs for _, _, tier in fetched if tier == "pool_hbm")
         dram = sum(bs for _, _, tier in fetched if tier == "pool_dram")
         self._seqs[request_id] = _Seq(prompt, (local + len(fetched)) * bs, hbm, dram)
@@ -139,16 +152,28 @@ class RankWorker:
             new.append(out.num_computed_tokens)
             cached.append(seq.context)
             if not seq.charged:  # pooled KV is fetched during the request's first step
-                pool_hbm, pool_dram, seq.charged = pool_hbm + seq.pool_hbm, pool_dram + seq.pool_dram, True
+                pool_hbm, pool_dram, seq.charged = (
+                    pool_hbm + seq.pool_hbm,
+                    pool_dram + seq.pool_dram,
+                    True,
+                )
             seq.context += out.num_computed_tokens
             emitted.append(self._emit(out))
         self._publish_events()
         stats = self.engine.stats().cache
-        batch = RankBatch(np.asarray(new, np.int64), np.asarray(cached, np.int64), pool_hbm, pool_dram)
+        batch = RankBatch(
+            np.asarray(new, np.int64), np.asarray(cached, np.int64), pool_hbm, pool_dram
+        )
         queued = sum(max(0, len(q.prompt) - q.context) for q in self._seqs.values())
-        return RankStep(batch, tuple(emitted), self.engine.has_unfinished(),
-                        stats.num_blocks - stats.num_free, stats.num_blocks,
-                        max(0, self.engine.num_requests - len(new)), queued)
+        return RankStep(
+            batch,
+            tuple(emitted),
+            self.engine.has_unfinished(),
+            stats.num_blocks - stats.num_free,
+            stats.num_blocks,
+            max(0, self.engine.num_requests - len(new)),
+            queued,
+        )
 
     def _emit(self, out: object) -> Emitted:
         if not out.finished:

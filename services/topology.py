@@ -25,12 +25,18 @@ class InstanceSpec:
 
 
 def instances(cfg: Config, role: Role) -> list[InstanceSpec]:
-    groups: list[InstanceGroup] = cfg.deployment.prefill if role == "prefill" else cfg.deployment.decode
+    groups: list[InstanceGroup] = (
+        cfg.deployment.prefill if role == "prefill" else cfg.deployment.decode
+    )
     seen: dict[str, int] = {}
     out: list[InstanceSpec] = []
     for group in groups:
         for _ in range(group.count):
             index = seen.get(group.layout, 0)
             seen[group.layout] = index + 1
-            out.append(InstanceSpec(f"{role}-{group.layout}-{index}", role, group.layout, group.gpus, group.dp_ranks))
+            out.append(
+                InstanceSpec(
+                    f"{role}-{group.layout}-{index}", role, group.layout, group.gpus, group.dp_ranks
+                )
+            )
     return out

@@ -31,8 +31,11 @@ from services.topology import InstanceSpec, instances
 
 JOIN_ATTEMPTS = 5
 RANK_CPUS = 0.1  # CPU share reserved per rank actor (the twin's math is small)
-LOCAL_RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
-                 "RAY_AUTH_MODE": "disabled"}
+LOCAL_RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "disabled",
+}
 
 RayRankWorker = ray.remote(RankWorker)
 
@@ -45,8 +48,14 @@ def join_ray(address: str | None) -> None:
             os.environ.setdefault(key, value)
     for attempt in range(JOIN_ATTEMPTS):  # a loaded machine may take a while to answer
         try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {k: os.environ[k] for k in LOCAL_RAY_ENV if k in os.environ}})
+            ray.init(
+                address=address,
+                include_dashboard=False,
+                log_to_driver=False,
+                runtime_env={
+                    "env_vars": {k: os.environ[k] for k in LOCAL_RAY_ENV if k in os.environ}
+                },
+            )
             return
         except ConnectionError:
             if attempt == JOIN_ATTEMPTS - 1:
@@ -54,19 +63,26 @@ def join_ray(address: str | None) -> None:
             time.sleep(2.0)
 
 
-def spawn_instance(spec: InstanceSpec, cfg: Config, redis_url: str, pool_addr: str,
-                   engram: list[str]) -> list:
+def spawn_instance(
+    spec: InstanceSpec, cfg: Config, redis_url: str, pool_addr: str, engram: list[str]
+) -> list:
     """One actor per DP rank, all in one placement group (PACK: an instance stays on one node
     where it can, as its GPUs share one NVLink domain)."""
-    group = placement_group([{"CPU": RANK_CPUS}] * spec.dp_ranks, strategy="PACK",
-                            name=f"rackserve-{spec.name}")
+    group = placement_group(
+        [{"CPU": RANK_CPUS}] * spec.dp_ranks, strategy="PACK", name=f"rackserve-{spec.name}"
+    )
     ray.get(group.ready())
     actors = []
     for r in range(spec.dp_ranks):
         strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=r)
-        actors.append(RayRankWorker.options(
-            num_cpus=RANK_CPUS, scheduling_strategy=strategy, name=f"{spec.name}/{r}",
-            max_concurrency=1).remote(cfg, spec.role, spec.name, r, redis_url, pool_addr, engram))
+        actors.append(
+            RayRankWorker.options(
+                num_cpus=RANK_CPUS,
+                scheduling_strategy=strategy,
+                name=f"{spec.name}/{r}",
+                max_concurrency=1,
+            ).remote(cfg, spec.role, spec.name, r, redis_url, pool_addr, engram)
+        )
     ray.get([a.ready.remote() for a in actors])
     return actors
 
@@ -80,7 +96,9 @@ class Pricer:
     phase: str
 
     def __call__(self, batch: StepBatch) -> StepCost:
-        layout = self.timing.layout(self.spec.layout, self.spec.gpus if self.spec.layout == "wide-ep" else None)
+        layout = self.timing.layout(
+            self.spec.layout, self.spec.gpus if self.spec.layout == "wide-ep" else None
+        )
         return self.timing.step_time(self.phase, layout, batch)
 
 
@@ -97,11 +115,17 @@ def worker_args(role: str, argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True, help="gRPC port")
     parser.add_argument("--metrics-port", type=int, required=True)
-    parser.add_argument("--ray-address", default=None, help="join this Ray cluster (default: config)")
+    parser.add_argument(
+        "--ray-address", default=None, help="join this Ray cluster (default: config)"
+    )
     parser.add_argument("--redis-url", required=True, help="Redis of the KV events")
     parser.add_argument("--pool", required=True, help="KV pool service host:port")
-    parser.add_argument("--engram", nargs="*", default=[],
-                        help="Engram shard host:port list (none: each rank holds its own table)")
+    parser.add_argument(
+        "--engram",
+        nargs="*",
+        default=[],
+        help="Engram shard host:port list (none: each rank holds its own table)",
+    )
     return parser.parse_args(argv)
 
 
@@ -120,20 +144,33 @@ def start_worker(role: str, args: argparse.Namespace) -> Worker:
     cfg = load_config(args.config)
     join_ray(args.ray_address or cfg.cluster.ray_address)
     specs = {s.name: s for s in instances(cfg, role)}  # type: ignore[arg-type]
-    actors = {name: spawn_instance(s, cfg, args.redis_url, args.pool, args.engram)
-              for name, s in specs.items()}
+    actors = {
+        name: spawn_instance(s, cfg, args.redis_url, args.pool, args.engram)
+        for name, s in specs.items()
+    }
     metrics = serve_metrics(cfg, args.metrics_port, args.host)
     return Worker(cfg, TimingModel.from_section(cfg.timing), specs, actors, metrics)
 
 
-def make_loops(worker: Worker, phase: str, on_step: Callable[[StepDone], None]) -> dict[str, InstanceLoop]:
-    return {name: InstanceLoop(spec, worker.actors[name], Pricer(worker.timing, spec, phase),
-                               worker.cfg.cluster.time_scale, worker.metrics, on_step)
-            for name, spec in worker.specs.items()}
+def make_loops(
+    worker: Worker, phase: str, on_step: Callable[[StepDone], None]
+) -> dict[str, InstanceLoop]:
+    return {
+        name: InstanceLoop(
+            spec,
+            worker.actors[name],
+            Pricer(worker.timing, spec, phase),
+            worker.cfg.cluster.time_scale,
+            worker.metrics,
+            on_step,
+        )
+        for name, spec in worker.specs.items()
+    }
 
 
-async def serve_grpc(args: argparse.Namespace, add: Callable[[grpc.aio.Server], None],
-                     loops: dict[str, InstanceLoop]) -> None:
+async def serve_grpc(
+    args: argparse.Namespace, add: Callable[[grpc.aio.Server], None], loops: dict[str, InstanceLoop]
+) -> None:
     """Run the loops and the gRPC server until SIGTERM/SIGINT."""
     server = grpc.aio.server()
     add(server)

@@ -17,7 +17,9 @@ async def main() -> None:
     loops = make_loops(worker, "decode", lambda done: holder[0].on_step(done))
     service = DecodeService(worker.specs, worker.actors, loops, worker.timing)
     holder.append(service)
-    await serve_grpc(args, lambda server: decode_pb2_grpc.add_DecodeServicer_to_server(service, server), loops)
+    await serve_grpc(
+        args, lambda server: decode_pb2_grpc.add_DecodeServicer_to_server(service, server), loops
+    )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,13 @@ class _Stream:
 
 
 class DecodeService(decode_pb2_grpc.DecodeServicer):
-    def __init__(self, specs: dict[str, InstanceSpec], actors: dict[str, list],
-                 loops: dict[str, InstanceLoop], timing: TimingModel) -> None:
+    def __init__(
+        self,
+        specs: dict[str, InstanceSpec],
+        actors: dict[str, list],
+        loops: dict[str, InstanceLoop],
+        timing: TimingModel,
+    ) -> None:
         self.specs, self.actors, self.loops, self.timing = specs, actors, loops, timing
         self._streams: dict[str, _Stream] = {}
 
@@ -39,21 +44,31 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             if stream is not None:
                 stream.queue.put_nowait((e, done))
 
-    async def Generate(self, request: decode_pb2.DecodeRequest, context: grpc.aio.ServicerContext
-                       ) -> AsyncIterator[decode_pb2.TokenChunk]:
+    async def Generate(
+        self, request: decode_pb2.DecodeRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[decode_pb2.TokenChunk]:
         problem = check_target(self.specs, request.instance, request.rank)
         if problem or not request.token_ids or request.request_id in self._streams:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                problem or "token_ids: must not be empty, request_id: must be new")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                problem or "token_ids: must not be empty, request_id: must be new",
+            )
         loop = self.loops[request.instance]
         actor = self.actors[request.instance][request.rank]
         stream = _Stream(submitted_sim_s=loop.sim_now_s)
         self._streams[request.request_id] = stream
         finished = False
         try:
-            await call_actor(actor.submit_decode.remote(
-                request.request_id, list(request.token_ids), request.first_token,
-                list(request.kv.block_hashes), sampling_dict(request.sampling)), context)
+            await call_actor(
+                actor.submit_decode.remote(
+                    request.request_id,
+                    list(request.token_ids),
+                    request.first_token,
+                    list(request.kv.block_hashes),
+                    sampling_dict(request.sampling),
+                ),
+                context,
+            )
             loop.wake(request.rank)
             transfer = self._transfer_s(request)
             first = True
@@ -61,13 +76,19 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
                 emitted, done = await stream.queue.get()
                 since = done.sim_now_s - stream.submitted_sim_s + transfer
                 if first:
-                    yield decode_pb2.TokenChunk(token_ids=[request.first_token], kv_load_sim_s=transfer,
-                                                sim_time_s=since - done.step_s)
+                    yield decode_pb2.TokenChunk(
+                        token_ids=[request.first_token],
+                        kv_load_sim_s=transfer,
+                        sim_time_s=since - done.step_s,
+                    )
                     first = False
                 finished = emitted.finish_reason is not None
-                yield decode_pb2.TokenChunk(token_ids=[emitted.token] if emitted.token is not None else [],
-                                            sim_time_s=since, finish_reason=emitted.finish_reason or "",
-                                            pacing_lag_s=done.lag_s)
+                yield decode_pb2.TokenChunk(
+                    token_ids=[emitted.token] if emitted.token is not None else [],
+                    sim_time_s=since,
+                    finish_reason=emitted.finish_reason or "",
+                    pacing_lag_s=done.lag_s,
+                )
         finally:
             self._streams.pop(request.request_id, None)
             if not finished:
@@ -78,6 +99,7 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         the twin moves full blocks and recomputes the tail, which the step's cost charges)."""
         return self.timing.pd_transfer_s(len(request.token_ids))
 
-    async def Health(self, request: prefill_pb2.WorkerHealthRequest, context: grpc.aio.ServicerContext
-                     ) -> prefill_pb2.WorkerHealthReply:
+    async def Health(
+        self, request: prefill_pb2.WorkerHealthRequest, context: grpc.aio.ServicerContext
+    ) -> prefill_pb2.WorkerHealthReply:
         return prefill_pb2.WorkerHealthReply(ready=True, instances=list(self.specs))

@@ -15,10 +15,18 @@ async def main() -> None:
     worker = start_worker("prefill", args)
     holder: list[PrefillService] = []
     loops = make_loops(worker, "prefill", lambda done: holder[0].on_step(done))
-    service = PrefillService(worker.specs, worker.actors, loops, worker.cfg.engine.model_id,
-                             worker.cfg.engine.block_size, worker.metrics)
+    service = PrefillService(
+        worker.specs,
+        worker.actors,
+        loops,
+        worker.cfg.engine.model_id,
+        worker.cfg.engine.block_size,
+        worker.metrics,
+    )
     holder.append(service)
-    await serve_grpc(args, lambda server: prefill_pb2_grpc.add_PrefillServicer_to_server(service, server), loops)
+    await serve_grpc(
+        args, lambda server: prefill_pb2_grpc.add_PrefillServicer_to_server(service, server), loops
+    )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,13 @@ class _Waiter:
 
 def sampling_dict(params: prefill_pb2.SamplingParams) -> dict:
     """The wire SamplingParams as plain fields for the rank actor (0 seed stays a seed)."""
-    return {"temperature": params.temperature, "top_p": params.top_p or 1.0, "seed": params.seed,
-            "ignore_eos": params.ignore_eos, "max_tokens": max(1, params.max_tokens)}
+    return {
+        "temperature": params.temperature,
+        "top_p": params.top_p or 1.0,
+        "seed": params.seed,
+        "ignore_eos": params.ignore_eos,
+        "max_tokens": max(1, params.max_tokens),
+    }
 
 
 async def call_actor(ref: ray.ObjectRef, context: grpc.aio.ServicerContext) -> object:
@@ -51,9 +56,15 @@ def check_target(specs: dict[str, InstanceSpec], instance: str, rank: int) -> st
 
 
 class PrefillService(prefill_pb2_grpc.PrefillServicer):
-    def __init__(self, specs: dict[str, InstanceSpec], actors: dict[str, list],
-                 loops: dict[str, InstanceLoop], model_id: str, block_size: int,
-                 metrics: ProcessMetrics) -> None:
+    def __init__(
+        self,
+        specs: dict[str, InstanceSpec],
+        actors: dict[str, list],
+        loops: dict[str, InstanceLoop],
+        model_id: str,
+        block_size: int,
+        metrics: ProcessMetrics,
+    ) -> None:
         self.specs, self.actors, self.loops, self.metrics = specs, actors, loops, metrics
         self.model_id, self.block_size = model_id, block_size
         self._waiting: dict[str, _Waiter] = {}
@@ -69,19 +80,26 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             if e.finish_reason is not None and not waiter.future.done():
                 waiter.future.set_result((e, done.sim_now_s))
 
-    async def Prefill(self, request: prefill_pb2.PrefillRequest, context: grpc.aio.ServicerContext
-                      ) -> prefill_pb2.PrefillReply:
+    async def Prefill(
+        self, request: prefill_pb2.PrefillRequest, context: grpc.aio.ServicerContext
+    ) -> prefill_pb2.PrefillReply:
         problem = check_target(self.specs, request.instance, request.dp_rank)
         if problem or not request.token_ids or request.request_id in self._waiting:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                problem or "token_ids: must not be empty, request_id: must be new")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                problem or "token_ids: must not be empty, request_id: must be new",
+            )
         loop = self.loops[request.instance]
         actor = self.actors[request.instance][request.dp_rank]
         waiter = _Waiter(asyncio.get_running_loop().create_future(), loop.sim_now_s)
         self._waiting[request.request_id] = waiter
         try:
-            admitted = await call_actor(actor.submit_prefill.remote(
-                request.request_id, list(request.token_ids), sampling_dict(request.sampling)), context)
+            admitted = await call_actor(
+                actor.submit_prefill.remote(
+                    request.request_id, list(request.token_ids), sampling_dict(request.sampling)
+                ),
+                context,
+            )
             loop.wake(request.dp_rank)
             self._record_lookup(request, admitted)
             emitted, finished_sim = await waiter.future
@@ -91,23 +109,36 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         hashes = list(emitted.kv_block_hashes)
         return prefill_pb2.PrefillReply(
             first_token=emitted.token,
-            kv=prefill_pb2.KVHandle(model_id=self.model_id, block_size=self.block_size,
-                                    block_hashes=hashes, num_tokens=len(hashes) * self.block_size),
+            kv=prefill_pb2.KVHandle(
+                model_id=self.model_id,
+                block_size=self.block_size,
+                block_hashes=hashes,
+                num_tokens=len(hashes) * self.block_size,
+            ),
             local_hit_tokens=admitted.local_hit_tokens,
             pool_hit_tokens=admitted.pool_hbm_tokens + admitted.pool_dram_tokens,
-            queue_sim_s=started - waiter.submitted_sim_s, prefill_sim_s=finished_sim - started,
-            pacing_lag_s=waiter.lag_s, finish_reason="stop" if emitted.finish_reason == "stop" else "",
+            queue_sim_s=started - waiter.submitted_sim_s,
+            prefill_sim_s=finished_sim - started,
+            pacing_lag_s=waiter.lag_s,
+            finish_reason="stop" if emitted.finish_reason == "stop" else "",
         )
 
     def _record_lookup(self, request: prefill_pb2.PrefillRequest, admitted: Admitted) -> None:
         """Where the prompt's KV came from, and its reused tokens, in this process's metrics."""
-        found = {"rank_hbm": admitted.local_hit_tokens, "pool_hbm": admitted.pool_hbm_tokens,
-                 "pool_dram": admitted.pool_dram_tokens}
+        found = {
+            "rank_hbm": admitted.local_hit_tokens,
+            "pool_hbm": admitted.pool_hbm_tokens,
+            "pool_dram": admitted.pool_dram_tokens,
+        }
         found["miss"] = len(request.token_ids) - sum(found.values())
-        self.metrics.observe_prefix_lookup(RankKey(request.instance, request.dp_rank, "prefill"), found)
-        self.metrics.ranks.record_instance_tokens(request.instance, "prefill",
-                                                  {"cached": len(request.token_ids) - found["miss"]})
+        self.metrics.observe_prefix_lookup(
+            RankKey(request.instance, request.dp_rank, "prefill"), found
+        )
+        self.metrics.ranks.record_instance_tokens(
+            request.instance, "prefill", {"cached": len(request.token_ids) - found["miss"]}
+        )
 
-    async def Health(self, request: prefill_pb2.WorkerHealthRequest, context: grpc.aio.ServicerContext
-                     ) -> prefill_pb2.WorkerHealthReply:
+    async def Health(
+        self, request: prefill_pb2.WorkerHealthRequest, context: grpc.aio.ServicerContext
+    ) -> prefill_pb2.WorkerHealthReply:
         return prefill_pb2.WorkerHealthReply(ready=True, instances=list(self.specs))

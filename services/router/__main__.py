@@ -40,18 +40,24 @@ class RouterService(router_pb2_grpc.RouterServicer):
     def __init__(self, core: RouterCore) -> None:
         self.core = core
 
-    async def Route(self, request: router_pb2.RouteRequest, context: grpc.aio.ServicerContext
-                    ) -> router_pb2.RouteDecision:
+    async def Route(
+        self, request: router_pb2.RouteRequest, context: grpc.aio.ServicerContext
+    ) -> router_pb2.RouteDecision:
         if not request.token_ids:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "token_ids: must not be empty")
-        route = self.core.route(request.request_id, list(request.token_ids), list(request.block_hashes))
+        route = self.core.route(
+            request.request_id, list(request.token_ids), list(request.block_hashes)
+        )
         return router_pb2.RouteDecision(
             prefill=router_pb2.RankTarget(instance=route.prefill_instance, rank=route.prefill_rank),
             decode=router_pb2.RankTarget(instance=route.decode_instance, rank=route.decode_rank),
-            predicted_hit_tokens=route.predicted_hit_tokens, policy=route.policy)
+            predicted_hit_tokens=route.predicted_hit_tokens,
+            policy=route.policy,
+        )
 
-    async def Health(self, request: router_pb2.RouterHealthRequest, context: grpc.aio.ServicerContext
-                     ) -> router_pb2.RouterHealthReply:
+    async def Health(
+        self, request: router_pb2.RouterHealthRequest, context: grpc.aio.ServicerContext
+    ) -> router_pb2.RouterHealthReply:
         return router_pb2.RouterHealthReply(ready=True, policy=self.core.policy_name)
 
 
@@ -90,8 +96,14 @@ async def wait_workers_ready(prefill: str, decode: str, flag: dict[str, bool]) -
 def build_core(cfg: Config, timing: TimingModel, metrics: ProcessMetrics) -> RouterCore:
     cost = LayoutCost(timing)
     router = Router.from_config(cfg.routing, cost=cost)
-    return RouterCore(instances(cfg, "prefill"), instances(cfg, "decode"), router,
-                      cfg.engine.block_size, metrics, cost=cost)
+    return RouterCore(
+        instances(cfg, "prefill"),
+        instances(cfg, "decode"),
+        router,
+        cfg.engine.block_size,
+        metrics,
+        cost=cost,
+    )
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -100,21 +112,38 @@ async def serve(args: argparse.Namespace) -> None:
     metrics = ProcessMetrics(cfg.engine.model_id)
     core = build_core(cfg, timing, metrics)
     metrics.front_door.time_scale.set(cfg.cluster.time_scale)
-    orchestrator = Orchestrator(core, args.prefill, args.decode, cfg.engine.model_id, cfg.engine.block_size)
+    orchestrator = Orchestrator(
+        core, args.prefill, args.decode, cfg.engine.model_id, cfg.engine.block_size
+    )
     flag = {"ready": False}
     workers = WorkerMetrics(args.worker_metrics or [])
-    door = FrontDoor(orchestrator, metrics, cfg.engine.model_id, cfg.engine.max_context,
-                     ready=lambda: flag["ready"], merge_metrics=workers.merged_with)
+    door = FrontDoor(
+        orchestrator,
+        metrics,
+        cfg.engine.model_id,
+        cfg.engine.max_context,
+        ready=lambda: flag["ready"],
+        merge_metrics=workers.merged_with,
+    )
     grpc_server = grpc.aio.server()
     router_pb2_grpc.add_RouterServicer_to_server(RouterService(core), grpc_server)
     grpc_server.add_insecure_port(f"{args.host}:{args.grpc_port}")
     await grpc_server.start()
     stop = threading.Event()
-    follower = threading.Thread(target=follow_kv_events, args=(core, args.redis_url, stop), daemon=True)
+    follower = threading.Thread(
+        target=follow_kv_events, args=(core, args.redis_url, stop), daemon=True
+    )
     follower.start()
     watcher = asyncio.create_task(wait_workers_ready(args.prefill, args.decode, flag))
-    http = uvicorn.Server(uvicorn.Config(create_app(door), host=args.host, port=args.http_port,
-                                         log_level="warning", lifespan="off"))
+    http = uvicorn.Server(
+        uvicorn.Config(
+            create_app(door),
+            host=args.host,
+            port=args.http_port,
+            log_level="warning",
+            lifespan="off",
+        )
+    )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: setattr(http, "should_exit", True))

@@ -36,7 +36,9 @@ DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's legacy default
 
 
 class BadRequest(Exception):
-    def __init__(self, message: str, param: str | None = None, code: str | None = None, status: int = 400):
+    def __init__(
+        self, message: str, param: str | None = None, code: str | None = None, status: int = 400
+    ):
         super().__init__(message)
         self.param, self.code, self.status = param, code, status
 
@@ -82,8 +84,13 @@ def create_app(door: FrontDoor) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict:
-        card = {"id": door.model_id, "object": "model", "created": 0, "owned_by": "rackserve",
-                "max_model_len": door.max_context}
+        card = {
+            "id": door.model_id,
+            "object": "model",
+            "created": 0,
+            "owned_by": "rackserve",
+            "max_model_len": door.max_context,
+        }
         return {"object": "list", "data": [card]}
 
     @app.post("/v1/completions")
@@ -96,8 +103,10 @@ def create_app(door: FrontDoor) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest) -> Response:
-        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                    for m in body.messages]
+        messages = [
+            {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+            for m in body.messages
+        ]
         try:
             prompt = tokenizer.apply_chat_template(messages)
         except ValueError as exc:
@@ -130,8 +139,10 @@ def _install_errors(app: FastAPI) -> None:
     async def worker_failed(_: Request, exc: grpc.aio.AioRpcError) -> JSONResponse:
         if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # the worker named the bad field
             return JSONResponse(error_body(exc.details() or "invalid request"), status_code=400)
-        return JSONResponse(error_body(f"worker unavailable: {exc.code().name}", kind="server_error"),
-                            status_code=503)
+        return JSONResponse(
+            error_body(f"worker unavailable: {exc.code().name}", kind="server_error"),
+            status_code=503,
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -139,22 +150,34 @@ def _install_errors(app: FastAPI) -> None:
         return JSONResponse(error_body(str(exc.detail), kind=kind), status_code=exc.status_code)
 
 
-def _prepare(door: FrontDoor, body: CompletionRequest | ChatCompletionRequest, prompt: list[int],
-             default_max: int) -> Prepared:
+def _prepare(
+    door: FrontDoor,
+    body: CompletionRequest | ChatCompletionRequest,
+    prompt: list[int],
+    default_max: int,
+) -> Prepared:
     if body.model != door.model_id:
-        raise BadRequest(f"The model `{body.model}` does not exist.", "model", "model_not_found", 404)
+        raise BadRequest(
+            f"The model `{body.model}` does not exist.", "model", "model_not_found", 404
+        )
     if any(t >= tokenizer.VOCAB_SIZE for t in prompt):
         raise BadRequest(f"prompt: token ids must be below {tokenizer.VOCAB_SIZE}", "prompt")
     room = door.max_context - len(prompt)
     if room < 1:
-        raise BadRequest(f"This model's maximum context length is {door.max_context} tokens; "
-                         f"the prompt has {len(prompt)} tokens.", "messages" if not hasattr(body, "prompt")
-                         else "prompt", "context_length_exceeded")
+        raise BadRequest(
+            f"This model's maximum context length is {door.max_context} tokens; "
+            f"the prompt has {len(prompt)} tokens.",
+            "messages" if not hasattr(body, "prompt") else "prompt",
+            "context_length_exceeded",
+        )
     max_tokens = body.max_tokens if body.max_tokens is not None else min(default_max, room)
     if len(prompt) + max_tokens > door.max_context:
-        raise BadRequest(f"This model's maximum context length is {door.max_context} tokens; "
-                         f"{len(prompt)} prompt + {max_tokens} max_tokens exceed it.", "max_tokens",
-                         "context_length_exceeded")
+        raise BadRequest(
+            f"This model's maximum context length is {door.max_context} tokens; "
+            f"{len(prompt)} prompt + {max_tokens} max_tokens exceed it.",
+            "max_tokens",
+            "context_length_exceeded",
+        )
     seed = body.seed if body.seed is not None else 0
     sampling = Sampling(max_tokens, body.temperature, body.top_p, seed, body.ignore_eos)
     return Prepared(prompt, sampling, body.stop_strings())
@@ -171,34 +194,60 @@ class _Shape:
 
     def choice(self, text: str, finish: str | None) -> dict:
         if self.chat:
-            return {"index": 0, "message": {"role": "assistant", "content": text},
-                    "finish_reason": finish, "logprobs": None}
+            return {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": finish,
+                "logprobs": None,
+            }
         return {"index": 0, "text": self.echo + text, "finish_reason": finish, "logprobs": None}
 
     def delta(self, text: str, finish: str | None, first: bool) -> dict:
         if self.chat:
             delta = {"role": "assistant", "content": text} if first else {"content": text}
-            return {"index": 0, "delta": delta if text or first else {}, "finish_reason": finish,
-                    "logprobs": None}
-        return {"index": 0, "text": (self.echo if first else "") + text, "finish_reason": finish,
-                "logprobs": None}
+            return {
+                "index": 0,
+                "delta": delta if text or first else {},
+                "finish_reason": finish,
+                "logprobs": None,
+            }
+        return {
+            "index": 0,
+            "text": (self.echo if first else "") + text,
+            "finish_reason": finish,
+            "logprobs": None,
+        }
 
 
 def _usage(trip: Trip) -> dict:
-    return Usage(prompt_tokens=trip.prompt_tokens, completion_tokens=trip.completion_tokens,
-                 total_tokens=trip.prompt_tokens + trip.completion_tokens,
-                 prompt_tokens_details=PromptTokensDetails(cached_tokens=trip.cached_tokens)).model_dump()
+    return Usage(
+        prompt_tokens=trip.prompt_tokens,
+        completion_tokens=trip.completion_tokens,
+        total_tokens=trip.prompt_tokens + trip.completion_tokens,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=trip.cached_tokens),
+    ).model_dump()
 
 
 def _timings(trip: Trip) -> dict:
-    return Timings(ttft_s=trip.ttft_s, queue_s=trip.queue_s, prefill_s=trip.prefill_s,
-                   kv_transfer_s=trip.kv_transfer_s, first_decode_s=trip.first_decode_s,
-                   e2e_s=trip.e2e_s, tpot_s=trip.tpot_s, prefill=trip.prefill, decode=trip.decode,
-                   local_hit_tokens=trip.local_hit_tokens, pool_hit_tokens=trip.pool_hit_tokens,
-                   pacing_lag_s=trip.pacing_lag_s).model_dump()
+    return Timings(
+        ttft_s=trip.ttft_s,
+        queue_s=trip.queue_s,
+        prefill_s=trip.prefill_s,
+        kv_transfer_s=trip.kv_transfer_s,
+        first_decode_s=trip.first_decode_s,
+        e2e_s=trip.e2e_s,
+        tpot_s=trip.tpot_s,
+        prefill=trip.prefill,
+        decode=trip.decode,
+        local_hit_tokens=trip.local_hit_tokens,
+        pool_hit_tokens=trip.pool_hit_tokens,
+        pacing_lag_s=trip.pacing_lag_s,
+    ).model_dump()
 
 
-async def _run(door: FrontDoor, trip: Trip, prep: Prepared) -> AsyncIterator[tuple[str, str | None]]:
+async def _run(
+    door: FrontDoor, trip: Trip, prep: Prepared
+) -> AsyncIterator[tuple[str, str | None]]:
     """Yield (text delta, finish_reason or None) until the request ends."""
     detok = Detokenizer(prep.stops)
     gen = door.orchestrator.generate(trip, prep.prompt, prep.sampling)
@@ -217,22 +266,34 @@ async def _run(door: FrontDoor, trip: Trip, prep: Prepared) -> AsyncIterator[tup
 
 def _record(door: FrontDoor, trip: Trip, status: str) -> None:
     times = trip.token_times_s
-    door.metrics.observe_request(RequestRecord(
-        status=status, prompt_cached_tokens=trip.cached_tokens,
-        prompt_uncached_tokens=trip.prompt_tokens - trip.cached_tokens,
-        output_tokens=trip.completion_tokens, ttft_s=trip.ttft_s if times else None,
-        queue_s=trip.queue_s, prefill_s=trip.prefill_s, kv_transfer_s=trip.kv_transfer_s,
-        first_decode_s=trip.first_decode_s, e2e_s=trip.e2e_s if times else None,
-        inter_token_s=[b - a for a, b in zip(times, times[1:], strict=False)], decode_engine=trip.decode))
+    door.metrics.observe_request(
+        RequestRecord(
+            status=status,
+            prompt_cached_tokens=trip.cached_tokens,
+            prompt_uncached_tokens=trip.prompt_tokens - trip.cached_tokens,
+            output_tokens=trip.completion_tokens,
+            ttft_s=trip.ttft_s if times else None,
+            queue_s=trip.queue_s,
+            prefill_s=trip.prefill_s,
+            kv_transfer_s=trip.kv_transfer_s,
+            first_decode_s=trip.first_decode_s,
+            e2e_s=trip.e2e_s if times else None,
+            inter_token_s=[b - a for a, b in zip(times, times[1:], strict=False)],
+            decode_engine=trip.decode,
+        )
+    )
 
 
-async def _serve(door: FrontDoor, body: CompletionRequest | ChatCompletionRequest, prep: Prepared,
-                 shape: _Shape) -> Response:
+async def _serve(
+    door: FrontDoor, body: CompletionRequest | ChatCompletionRequest, prep: Prepared, shape: _Shape
+) -> Response:
     rid = new_id("chatcmpl" if shape.chat else "cmpl")
     trip = Trip(rid, len(prep.prompt))
     if body.stream:
         usage = body.stream_options is not None and body.stream_options.include_usage
-        return StreamingResponse(_sse(door, trip, prep, shape, usage), media_type="text/event-stream")
+        return StreamingResponse(
+            _sse(door, trip, prep, shape, usage), media_type="text/event-stream"
+        )
     door.metrics.front_door.in_flight.inc()
     status = "error"
     try:
@@ -245,12 +306,22 @@ async def _serve(door: FrontDoor, body: CompletionRequest | ChatCompletionReques
     choice = shape.choice(text, parts[-1][1])
     if body.return_token_ids:
         choice["token_ids"] = trip.output_ids
-    return JSONResponse({"id": rid, "object": shape.obj, "created": now(), "model": shape.model,
-                         "choices": [choice], "usage": _usage(trip), "rackserve": _timings(trip)})
+    return JSONResponse(
+        {
+            "id": rid,
+            "object": shape.obj,
+            "created": now(),
+            "model": shape.model,
+            "choices": [choice],
+            "usage": _usage(trip),
+            "rackserve": _timings(trip),
+        }
+    )
 
 
-async def _sse(door: FrontDoor, trip: Trip, prep: Prepared, shape: _Shape, include_usage: bool
-               ) -> AsyncIterator[bytes]:
+async def _sse(
+    door: FrontDoor, trip: Trip, prep: Prepared, shape: _Shape, include_usage: bool
+) -> AsyncIterator[bytes]:
     obj = shape.obj + ".chunk" if shape.chat else shape.obj
     head = {"id": trip.request_id, "object": obj, "created": now(), "model": shape.model}
     door.metrics.front_door.in_flight.inc()

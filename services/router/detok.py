@@ -39,7 +39,9 @@ class Detokenizer:
         return self._release(tokenizer.decode(self._ids))
 
     def _stop_at(self, text: str) -> int | None:
-        found = [i for i in (text.find(s, max(0, self._sent - len(s))) for s in self.stops) if i >= 0]
+        found = [
+            i for i in (text.find(s, max(0, self._sent - len(s))) for s in self.stops) if i >= 0
+        ]
         return min(found) if found else None
 
     def _release(self, text: str) -> str:

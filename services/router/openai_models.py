@@ -137,7 +137,11 @@ def now() -> int:
     return int(time.time())
 
 
-def error_body(message: str, param: str | None = None, code: str | None = None,
-               kind: str = "invalid_request_error") -> dict[str, Any]:
+def error_body(
+    message: str,
+    param: str | None = None,
+    code: str | None = None,
+    kind: str = "invalid_request_error",
+) -> dict[str, Any]:
     """OpenAI's error envelope."""
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}

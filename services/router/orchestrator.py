@@ -68,8 +68,14 @@ class Trip:
 class Orchestrator:
     """Routes with `RouterCore` and talks gRPC to the prefill and decode services."""
 
-    def __init__(self, router: RouterCore, prefill_addr: str, decode_addr: str,
-                 model_id: str, block_size: int) -> None:
+    def __init__(
+        self,
+        router: RouterCore,
+        prefill_addr: str,
+        decode_addr: str,
+        model_id: str,
+        block_size: int,
+    ) -> None:
         self.router = router
         self.model_id = model_id
         self.block_size = block_size
@@ -82,7 +88,9 @@ class Orchestrator:
         await self._prefill_channel.close()
         await self._decode_channel.close()
 
-    async def generate(self, trip: Trip, prompt: list[int], sampling: Sampling) -> AsyncIterator[list[int]]:
+    async def generate(
+        self, trip: Trip, prompt: list[int], sampling: Sampling
+    ) -> AsyncIterator[list[int]]:
         """Yield the generated tokens chunk by chunk; `trip` holds the accounting at the end."""
         hashes = block_hashes(prompt, self.block_size, self.model_id)
         decision = self.router.route(trip.request_id, prompt, hashes)
@@ -90,12 +98,22 @@ class Orchestrator:
         trip.decode = f"{decision.decode_instance}/{decision.decode_rank}"
         trip.predicted_hit_tokens = decision.predicted_hit_tokens
         params = prefill_pb2.SamplingParams(
-            temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
-            seed=sampling.seed, ignore_eos=sampling.ignore_eos)
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_tokens,
+            seed=sampling.seed,
+            ignore_eos=sampling.ignore_eos,
+        )
         with self.router.prefill_in_flight(decision, len(prompt)):
-            reply = await self._prefill.Prefill(prefill_pb2.PrefillRequest(
-                request_id=trip.request_id, instance=decision.prefill_instance,
-                dp_rank=decision.prefill_rank, token_ids=prompt, sampling=params))
+            reply = await self._prefill.Prefill(
+                prefill_pb2.PrefillRequest(
+                    request_id=trip.request_id,
+                    instance=decision.prefill_instance,
+                    dp_rank=decision.prefill_rank,
+                    token_ids=prompt,
+                    sampling=params,
+                )
+            )
         self._account_prefill(trip, reply)
         self.router.record_delivery(decision, trip.cached_tokens)
         if reply.finish_reason or sampling.max_tokens == 1:  # the first token ends it: no decode
@@ -106,8 +124,14 @@ class Orchestrator:
             yield [reply.first_token]
             return
         request = decode_pb2.DecodeRequest(
-            request_id=trip.request_id, instance=decision.decode_instance, rank=decision.decode_rank,
-            token_ids=prompt, first_token=reply.first_token, kv=reply.kv, sampling=params)
+            request_id=trip.request_id,
+            instance=decision.decode_instance,
+            rank=decision.decode_rank,
+            token_ids=prompt,
+            first_token=reply.first_token,
+            kv=reply.kv,
+            sampling=params,
+        )
         with self.router.decode_in_flight(decision, len(prompt) + sampling.max_tokens):
             call = self._decode.Generate(request)
             try:

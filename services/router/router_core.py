@@ -50,8 +50,15 @@ class LayoutCost:
 class RouterCore:
     """Thread-safe: the HTTP front door and the gRPC Route service share one."""
 
-    def __init__(self, prefill: list[InstanceSpec], decode: list[InstanceSpec], router: Router,
-                 block_size: int, metrics: ProcessMetrics, cost: CostModel | None = None) -> None:
+    def __init__(
+        self,
+        prefill: list[InstanceSpec],
+        decode: list[InstanceSpec],
+        router: Router,
+        block_size: int,
+        metrics: ProcessMetrics,
+        cost: CostModel | None = None,
+    ) -> None:
         self.router = router
         self.metrics = metrics
         self.block_size = block_size
@@ -81,8 +88,15 @@ class RouterCore:
         m.decision_latency.labels(policy=decision.policy).observe(time.perf_counter() - started)
         rank = RankKey(decision.instance, decision.dp_rank, "prefill")
         m.decisions.labels(policy=decision.policy, **rank.labels()).inc()
-        return Route(request_id, decision.instance, decision.dp_rank, decision.decode_instance,
-                     decision.decode_dp_rank, decision.predicted.total, decision.policy)
+        return Route(
+            request_id,
+            decision.instance,
+            decision.dp_rank,
+            decision.decode_instance,
+            decision.decode_dp_rank,
+            decision.predicted.total,
+            decision.policy,
+        )
 
     def apply_events(self, events: list[KVEvent], new_gaps: int = 0) -> None:
         with self._lock:
@@ -98,7 +112,9 @@ class RouterCore:
     def record_delivery(self, route: Route, delivered_hit_tokens: int) -> None:
         """Predicted (at routing) vs delivered (by the prefill rank) cached tokens."""
         rank = RankKey(route.prefill_instance, route.prefill_rank, "prefill")
-        self.metrics.cache.record_decision_outcome(rank, route.predicted_hit_tokens, delivered_hit_tokens)
+        self.metrics.cache.record_decision_outcome(
+            rank, route.predicted_hit_tokens, delivered_hit_tokens
+        )
 
     def _adjust(self, key: tuple[str, int], **delta: float) -> None:
         with self._lock:

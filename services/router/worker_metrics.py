@@ -29,7 +29,9 @@ def merge_expositions(texts: Iterable[str]) -> bytes:
     merged: dict[str, Metric] = {}
     for text in texts:
         for family in text_string_to_metric_families(text):
-            kept = merged.setdefault(family.name, Metric(family.name, family.documentation, family.type))
+            kept = merged.setdefault(
+                family.name, Metric(family.name, family.documentation, family.type)
+            )
             kept.samples.extend(family.samples)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Merged(merged.values()))
@@ -44,7 +46,9 @@ class WorkerMetrics:
         self._client = httpx.AsyncClient(timeout=2.0)
 
     async def scrape(self) -> list[str]:
-        replies = await asyncio.gather(*(self._client.get(u) for u in self.urls), return_exceptions=True)
+        replies = await asyncio.gather(
+            *(self._client.get(u) for u in self.urls), return_exceptions=True
+        )
         return [r.text for r in replies if isinstance(r, httpx.Response) and r.status_code == 200]
 
     async def merged_with(self, own: bytes) -> bytes:

@@ -25,8 +25,14 @@ class LauncherProcess:
     urls: dict[str, str] = field(default_factory=dict)
 
     def start(self, timeout_s: float) -> LauncherProcess:
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, text=True, env={**os.environ, **self.env})
+        self.proc = subprocess.Popen(
+            self.args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, **self.env},
+        )
         threading.Thread(target=self._pump, daemon=True).start()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

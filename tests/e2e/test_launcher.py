@@ -58,19 +58,30 @@ def alive(pid: int) -> bool:
 def test_rackserve_up_is_healthy_and_sigterm_leaves_nothing() -> None:
     rackserve = str(Path(sys.executable).with_name("rackserve"))
     port = free_port()
-    proc = LauncherProcess([rackserve, "up", "--port", str(port)],
-                           env={"RACKSERVE_CLUSTER__TIME_SCALE": "0.002"})
+    proc = LauncherProcess(
+        [rackserve, "up", "--port", str(port)], env={"RACKSERVE_CLUSTER__TIME_SCALE": "0.002"}
+    )
     proc.start(timeout_s=UP_WITHIN_S)
     try:
         base = f"http://127.0.0.1:{port}"
         assert proc.base_url == base
         assert httpx.get(f"{base}/ready", timeout=10).status_code == 200
-        reply = httpx.post(f"{base}/v1/completions", timeout=60, json={
-            "model": "rackserve-moe-small", "prompt": "up", "max_tokens": 2, "ignore_eos": True})
+        reply = httpx.post(
+            f"{base}/v1/completions",
+            timeout=60,
+            json={
+                "model": "rackserve-moe-small",
+                "prompt": "up",
+                "max_tokens": 2,
+                "ignore_eos": True,
+            },
+        )
         assert reply.json()["usage"]["completion_tokens"] == 2
         pids = [proc.proc.pid, *proc.descendants()]
         ports = ports_of(pids)
-        assert port in ports and len(pids) >= 10  # redis, ray head + node, pool, prefill, decode, router, actors
+        assert (
+            port in ports and len(pids) >= 10
+        )  # redis, ray head + node, pool, prefill, decode, router, actors
     finally:
         code = proc.stop()
     assert code == 0, "".join(proc.lines)[-3000:]

@@ -11,9 +11,13 @@ MODEL = "rackserve-moe-small"
 OK = {"model": MODEL, "prompt": "fine", "max_tokens": 3, "temperature": 0}
 
 
-def post(base: str, body: object, path: str = "/v1/completions", raw: bytes | None = None) -> httpx.Response:
+def post(
+    base: str, body: object, path: str = "/v1/completions", raw: bytes | None = None
+) -> httpx.Response:
     if raw is not None:
-        return httpx.post(f"{base}{path}", content=raw, headers={"content-type": "application/json"}, timeout=60)
+        return httpx.post(
+            f"{base}{path}", content=raw, headers={"content-type": "application/json"}, timeout=60
+        )
     return httpx.post(f"{base}{path}", json=body, timeout=60)
 
 
@@ -26,14 +30,17 @@ def assert_openai_error(reply: httpx.Response, status: int, param: str | None) -
     return error
 
 
-@pytest.mark.parametrize(("body", "param"), [
-    ({"prompt": "hi", "max_tokens": 3}, "model"),
-    ({**OK, "max_tokens": -1}, "max_tokens"),
-    ({**OK, "temperature": 7}, "temperature"),
-    ({**OK, "frobnicate": True}, "frobnicate"),
-    ({**OK, "prompt": ""}, "prompt"),
-    ({**OK, "n": 3}, "n"),
-])
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"prompt": "hi", "max_tokens": 3}, "model"),
+        ({**OK, "max_tokens": -1}, "max_tokens"),
+        ({**OK, "temperature": 7}, "temperature"),
+        ({**OK, "frobnicate": True}, "frobnicate"),
+        ({**OK, "prompt": ""}, "prompt"),
+        ({**OK, "n": 3}, "n"),
+    ],
+)
 def test_invalid_completion_fields(live_cluster, body: dict, param: str) -> None:
     error = assert_openai_error(post(live_cluster.base_url, body), 400, param)
     if param == "frobnicate":
@@ -46,16 +53,25 @@ def test_non_json_body(live_cluster) -> None:
 
 def test_chat_unknown_field_and_bad_role(live_cluster) -> None:
     chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    assert_openai_error(post(live_cluster.base_url, {**chat, "bogus": 1}, "/v1/chat/completions"), 400, "bogus")
+    assert_openai_error(
+        post(live_cluster.base_url, {**chat, "bogus": 1}, "/v1/chat/completions"), 400, "bogus"
+    )
     bad_role = {**chat, "messages": [{"role": "robot", "content": "hi"}]}
-    assert_openai_error(post(live_cluster.base_url, bad_role, "/v1/chat/completions"), 400, "messages.0.role")
+    assert_openai_error(
+        post(live_cluster.base_url, bad_role, "/v1/chat/completions"), 400, "messages.0.role"
+    )
 
 
 def test_prompt_over_context_limit(live_cluster) -> None:
-    error = assert_openai_error(post(live_cluster.base_url, {**OK, "prompt": "x" * 5000}), 400, "prompt")
+    error = assert_openai_error(
+        post(live_cluster.base_url, {**OK, "prompt": "x" * 5000}), 400, "prompt"
+    )
     assert error["code"] == "context_length_exceeded"
-    error = assert_openai_error(post(live_cluster.base_url, {**OK, "prompt": "x" * 4000, "max_tokens": 200}),
-                                400, "max_tokens")
+    error = assert_openai_error(
+        post(live_cluster.base_url, {**OK, "prompt": "x" * 4000, "max_tokens": 200}),
+        400,
+        "max_tokens",
+    )
     assert error["code"] == "context_length_exceeded"
 
 

@@ -14,8 +14,15 @@ MODEL = "rackserve-moe-small"
 
 async def one_stream(client: openai.AsyncOpenAI, i: int, n: int) -> tuple[int, int, str]:
     stream = await client.completions.create(
-        model=MODEL, prompt=f"request {i}: " + "tokens " * (i % 7), max_tokens=n, temperature=0.8,
-        seed=i, stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+        model=MODEL,
+        prompt=f"request {i}: " + "tokens " * (i % 7),
+        max_tokens=n,
+        temperature=0.8,
+        seed=i,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
     usage, finish = None, None
     async for chunk in stream:
         if chunk.usage is not None:
@@ -29,8 +36,9 @@ def test_32_concurrent_streams_complete_with_their_token_counts(live_cluster) ->
     lengths = [4 + (i % 5) * 3 for i in range(32)]
 
     async def run() -> list[tuple[int, int, str]]:
-        client = openai.AsyncOpenAI(base_url=live_cluster.urls["OpenAI API"], api_key="unused",
-                                    max_retries=0, timeout=300)
+        client = openai.AsyncOpenAI(
+            base_url=live_cluster.urls["OpenAI API"], api_key="unused", max_retries=0, timeout=300
+        )
         try:
             return await asyncio.gather(*(one_stream(client, i, n) for i, n in enumerate(lengths)))
         finally:
@@ -38,4 +46,5 @@ def test_32_concurrent_streams_complete_with_their_token_counts(live_cluster) ->
 
     results = asyncio.run(run())
     assert [(i, tokens, finish) for i, tokens, finish in results] == [
-        (i, n, "length") for i, n in enumerate(lengths)]
+        (i, n, "length") for i, n in enumerate(lengths)
+    ]

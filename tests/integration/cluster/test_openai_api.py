@@ -9,8 +9,10 @@ import pytest
 pytestmark = pytest.mark.integration
 
 MODEL = "rackserve-moe-small"
-CHAT = [{"role": "system", "content": "You are the rack's twin."},
-        {"role": "user", "content": "Describe the KV pool in one line."}]
+CHAT = [
+    {"role": "system", "content": "You are the rack's twin."},
+    {"role": "user", "content": "Describe the KV pool in one line."},
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +30,23 @@ def test_models_health_ready(live_cluster) -> None:
 
 def test_completion_stream_equals_non_stream(client: openai.OpenAI) -> None:
     prompt = "The twin of a rack serves tokens"
-    full = client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0,
-                                     extra_body={"ignore_eos": True})
+    full = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=12, temperature=0, extra_body={"ignore_eos": True}
+    )
     assert full.object == "text_completion"
     assert full.usage.completion_tokens == 12 and full.choices[0].finish_reason == "length"
     assert full.usage.prompt_tokens == len(prompt.encode())
-    chunks = list(client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0,
-                                            stream=True, stream_options={"include_usage": True},
-                                            extra_body={"ignore_eos": True}))
+    chunks = list(
+        client.completions.create(
+            model=MODEL,
+            prompt=prompt,
+            max_tokens=12,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text == full.choices[0].text
     assert chunks[-1].usage.completion_tokens == 12
@@ -43,13 +54,20 @@ def test_completion_stream_equals_non_stream(client: openai.OpenAI) -> None:
 
 
 def test_chat_stream_equals_non_stream(client: openai.OpenAI) -> None:
-    full = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=10, temperature=0,
-                                          extra_body={"ignore_eos": True})
+    full = client.chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=10, temperature=0, extra_body={"ignore_eos": True}
+    )
     assert full.object == "chat.completion"
     assert full.choices[0].message.role == "assistant"
     assert full.usage.completion_tokens == 10
-    stream = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=10, temperature=0,
-                                            stream=True, extra_body={"ignore_eos": True})
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=CHAT,
+        max_tokens=10,
+        temperature=0,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
     chunks = list(stream)
     assert all(c.object == "chat.completion.chunk" for c in chunks)
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -60,7 +78,9 @@ def test_chat_stream_equals_non_stream(client: openai.OpenAI) -> None:
 def test_metrics_show_pacing_and_rank_time(live_cluster, client: openai.OpenAI) -> None:
     client.completions.create(model=MODEL, prompt="metrics please", max_tokens=4, temperature=0)
     body = httpx.get(f"{live_cluster.base_url}/metrics").text
-    assert 'rackserve_rank_steps_total{dp_rank="0",instance="prefill-dep2-0",role="prefill"}' in body
+    assert (
+        'rackserve_rank_steps_total{dp_rank="0",instance="prefill-dep2-0",role="prefill"}' in body
+    )
     assert 'instance="decode-wide-ep-0"' in body
     assert "rackserve_rank_idle_seconds_total" in body
     assert "rackserve_rank_pacing_lag_seconds_total" in body  # real numpy compute overruns 0.002 x

@@ -19,8 +19,11 @@ MODEL = "rackserve-moe-small"
 
 def route(address: str, prompt: list[int]) -> router_pb2.RouteDecision:
     with grpc.insecure_channel(address) as channel:
-        return router_pb2_grpc.RouterStub(channel).Route(router_pb2.RouteRequest(
-            request_id="probe", token_ids=prompt, block_hashes=block_hashes(prompt, 16, MODEL)))
+        return router_pb2_grpc.RouterStub(channel).Route(
+            router_pb2.RouteRequest(
+                request_id="probe", token_ids=prompt, block_hashes=block_hashes(prompt, 16, MODEL)
+            )
+        )
 
 
 def test_route_predicts_the_hit_after_a_prompt_was_served(live_cluster) -> None:
@@ -29,11 +32,15 @@ def test_route_predicts_the_hit_after_a_prompt_was_served(live_cluster) -> None:
     cold = route(address, prompt)
     assert cold.policy == "least-uncached-work"
     assert cold.prefill.instance == "prefill-dep2-0" and cold.prefill.rank in (0, 1)
-    assert (cold.decode.instance, cold.decode.rank) in {("decode-wide-ep-0", r) for r in range(4)} | {
-        ("decode-tp8-0", 0)}
+    assert (cold.decode.instance, cold.decode.rank) in {
+        ("decode-wide-ep-0", r) for r in range(4)
+    } | {("decode-tp8-0", 0)}
     assert cold.predicted_hit_tokens == 0
-    served = httpx.post(f"{live_cluster.base_url}/v1/completions", timeout=60, json={
-        "model": MODEL, "prompt": prompt, "max_tokens": 2, "temperature": 0}).json()
+    served = httpx.post(
+        f"{live_cluster.base_url}/v1/completions",
+        timeout=60,
+        json={"model": MODEL, "prompt": prompt, "max_tokens": 2, "temperature": 0},
+    ).json()
     deadline = time.monotonic() + 30
     warm = route(address, prompt)
     while warm.predicted_hit_tokens == 0 and time.monotonic() < deadline:

@@ -43,4 +43,7 @@ def test_topology_names_every_rank_of_the_default_scenario() -> None:
     cfg = load_config(DEFAULT_CONFIG)
     prefill, decode = instances(cfg, "prefill"), instances(cfg, "decode")
     assert [(i.name, i.dp_ranks, i.gpus) for i in prefill] == [("prefill-dep2-0", 2, 2)]
-    assert [(i.name, i.dp_ranks, i.gpus) for i in decode] == [("decode-wide-ep-0", 4, 4), ("decode-tp8-0", 1, 8)]
+    assert [(i.name, i.dp_ranks, i.gpus) for i in decode] == [
+        ("decode-wide-ep-0", 4, 4),
+        ("decode-tp8-0", 1, 8),
+    ]
