@@ -413,19 +413,21 @@ def _expert_load(
 ) -> ExpertLoad:
     moe, _hw = ctx.model.moe, ctx.hw
     ep = lay.ep
-    per_rank_experts = moe.experts // ep
+    per_rank_experts = (
+        moe.experts / ep
+    )  # experts are split contiguously; uneven when ep does not divide them
     if expert_tokens is not None:
         counts = np.asarray(expert_tokens, dtype=np.float64)
         if counts.shape != (moe.experts,):
             raise ValueError(f"expert_tokens: expected {moe.experts} entries, got {counts.shape}")
         full = tokens_full.sum()
         counts = counts * (tokens.sum() / full if full else 0.0)
-        per = counts.reshape(ep, per_rank_experts)
-        recv = per.sum(axis=1)
-        active = np.count_nonzero(per > 0, axis=1).astype(float)
+        starts = np.arange(ep) * moe.experts // ep
+        recv = np.add.reduceat(counts, starts)
+        active = np.add.reduceat((counts > 0).astype(np.float64), starts)
         busiest = int(np.argmax(recv))
         tile = _tile(ctx, recv[busiest], active[busiest])
-        padded = (np.ceil(per / tile) * tile).sum(axis=1)
+        padded = np.add.reduceat(np.ceil(counts / tile) * tile, starts)
         return ExpertLoad(recv, active, padded, busiest)
     assignments = tokens.sum() * moe.top_k
     if ep > 1:

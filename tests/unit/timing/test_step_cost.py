@@ -293,3 +293,14 @@ def test_decode_leap_matches_stepping_token_by_token(vr200):
     assert leap.total_s == pytest.approx(sum(leap.breakdown.values()))
     with pytest.raises(ValueError, match="steps"):
         vr200.decode_leap(wide, StepBatch(ranks), 0)
+
+
+def test_uneven_expert_split_over_72_ranks(vr200):
+    wide = vr200.layout("wide-ep", ranks=72)  # 384 experts over 72 ranks: 5 or 6 each
+    batch = decode_step(72, 8, 4096)
+    counts = np.zeros(384)
+    counts[:6] = 72 * 8  # every token's 6 experts live on rank 0
+    hot = vr200.step_time("decode", wide, StepBatch(batch.ranks, counts))
+    even = vr200.step_time("decode", wide, StepBatch(batch.ranks, np.full(384, 72 * 8 * 6 / 384)))
+    assert hot.breakdown["moe_gemm"] > even.breakdown["moe_gemm"]
+    assert hot.rank_busy_s[0] == max(hot.rank_busy_s)
