@@ -304,3 +304,25 @@ def test_uneven_expert_split_over_72_ranks(vr200):
     even = vr200.step_time("decode", wide, StepBatch(batch.ranks, np.full(384, 72 * 8 * 6 / 384)))
     assert hot.breakdown["moe_gemm"] > even.breakdown["moe_gemm"]
     assert hot.rank_busy_s[0] == max(hot.rank_busy_s)
+
+
+@pytest.mark.parametrize("hardware", ["vr200", "gb300", "gb200", "h200"])
+def test_random_steps_are_finite_and_consistent(hardware):
+    rng = np.random.default_rng(7)
+    for opt in ("baseline", "rubin-optimized"):
+        tm = TimingModel.create(hardware, "deepseek-v4.1-flash", opt)
+        for name, ranks in (("dep2", None), ("wide-ep", 12), ("tp8", None)):
+            lay = tm.layout(name, ranks)
+            for phase in ("prefill", "decode"):
+                batch = []
+                for _ in range(lay.dp):
+                    n = int(rng.integers(0, 6))
+                    new = rng.integers(1, 3000 if phase == "prefill" else 3, n)
+                    batch.append(
+                        RankBatch(new, rng.integers(0, 100_000, n), int(rng.integers(0, 2)) * 512)
+                    )
+                cost = tm.step_time(phase, lay, StepBatch(tuple(batch)))
+                values = [cost.total_s, *cost.breakdown.values(), *cost.rank_busy_s]
+                assert all(np.isfinite(v) and v >= 0 for v in values), (hardware, opt, name, phase)
+                assert cost.total_s == pytest.approx(sum(cost.breakdown.values()))
+                assert max(cost.rank_busy_s, default=0) <= cost.total_s * (1 + 1e-9)
