@@ -28,6 +28,7 @@ from services._proto import (
     router_pb2_grpc,
 )
 from services.router.app import FrontDoor, create_app
+from services.router.limits import check_bind, guard
 from services.router.orchestrator import Orchestrator
 from services.router.router_core import LayoutCost, RouterCore
 from services.router.worker_metrics import WorkerMetrics
@@ -108,6 +109,7 @@ def build_core(cfg: Config, timing: TimingModel, metrics: ProcessMetrics) -> Rou
 
 async def serve(args: argparse.Namespace) -> None:
     cfg = load_config(args.config)
+    check_bind(cfg.cluster.model_copy(update={"host": args.host}), "router")
     timing = TimingModel.from_section(cfg.timing)
     metrics = ProcessMetrics(cfg.engine.model_id)
     core = build_core(cfg, timing, metrics)
@@ -137,7 +139,7 @@ async def serve(args: argparse.Namespace) -> None:
     watcher = asyncio.create_task(wait_workers_ready(args.prefill, args.decode, flag))
     http = uvicorn.Server(
         uvicorn.Config(
-            create_app(door),
+            guard(create_app(door), cfg.cluster),
             host=args.host,
             port=args.http_port,
             log_level="warning",
