@@ -65,6 +65,13 @@ wait_healthy 420 "${SERVICES[@]}"
 step "all healthy"
 "${COMPOSE[@]}" exec -T ray-head ray status | sed -n '/Active:/,/Pending:/p'
 
+step "checks: only 127.0.0.1:8000 published, Redis persistence off"
+listen=$("$HERE/engine.sh" exec ss -Hltn)
+echo "$listen" | awk '{print $4}' | sort -u
+[ "$(echo "$listen" | awk '{print $4}' | sort -u)" = "127.0.0.1:8000" ]
+[ "$("${COMPOSE[@]}" exec -T redis redis-cli config get appendonly | tail -1)" = no ]
+[ -z "$("${COMPOSE[@]}" exec -T redis redis-cli config get save | tail -1)" ]
+
 step "completion through the published port 127.0.0.1:8000 (inside the engine's netns)"
 reply=$("$HERE/engine.sh" exec curl -sS --fail-with-body --max-time 120 http://127.0.0.1:8000/v1/completions \
   -H 'content-type: application/json' \

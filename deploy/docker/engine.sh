@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run a private Docker engine that changes nothing on the host: its own data root, exec root,
 # pidfile and unix socket under $DOCKER_STATE, inside its own network namespace (unshare -n), with
-# iptables and the default bridge off. Stopped by PID. Usage: engine.sh start|stop|exec CMD...
+# iptables and the default bridge off. Stopped by PID. Usage: engine.sh start|stop|purge|exec CMD...
 #   export DOCKER_HOST=unix://$DOCKER_STATE/docker.sock   # then docker / docker-compose use it
 #   engine.sh exec curl http://127.0.0.1:8000/health      # reach published ports (inside the netns)
 set -euo pipefail
@@ -37,6 +37,13 @@ stop() {
   kill -TERM "$pid" 2>/dev/null || true
   for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
   rm -f "$PIDFILE"
+  # dockerd normally unmounts what it mounted under its roots; drop any leftovers (ours only).
+  awk -v root="$DOCKER_STATE/" 'index($2, root) == 1 {print $2}' /proc/mounts | sort -r | xargs -r umount
+}
+
+purge() {  # stop, then delete the engine's state (images, volumes, logs)
+  stop
+  rm -rf "$DOCKER_STATE"
 }
 
 netns_exec() {
@@ -46,6 +53,7 @@ netns_exec() {
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
+  purge) purge ;;
   exec) shift; netns_exec "$@" ;;
-  *) echo "usage: $0 start|stop|exec CMD..." >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|purge|exec CMD..." >&2; exit 2 ;;
 esac
