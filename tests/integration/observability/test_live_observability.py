@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import signal
+import subprocess
+import sys
 import time
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.observability.conftest import BENCH_REQUESTS
+from tests.integration.observability.conftest import BENCH_REQUESTS, ROOT, small_trace
 from tests.integration.observability.test_bench_summary import VLLM_FIELDS
 from tests.integration.observability.test_dashboards import all_exprs
 
@@ -158,3 +162,29 @@ def test_predicted_and_delivered_cached_tokens_agree_on_a_clean_run(bench_run):
     deliv = _counter_sum(base, "rackserve_delivered_cached_tokens_total") - deliv0
     assert deliv == reply["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
     assert pred == deliv
+
+
+def test_ctrl_c_prints_the_partial_summary(bench_run, tmp_path):
+    """SIGINT once some requests have finished: the bench prints the summary of those and exits."""
+    trace = small_trace(tmp_path / "long.jsonl", 400)
+    base = bench_run["url"]
+    cmd = [sys.executable, "-m", "services.bench", "--url", base, "--trace", str(trace),
+           "--length-scale", "0.25", "--concurrency", "2", "--no-progress"]  # fmt: skip
+    finished = "rackserve_requests_total"
+    before = _counter_sum(base, finished)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        end = time.monotonic() + 120.0
+        while _counter_sum(base, finished) < before + 2 and time.monotonic() < end:
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert "interrupted" in err, err[-2000:]
+    completed = int(re.search(r"Successful requests:\s+(\d+)", out).group(1))
+    assert 1 <= completed < 400
