@@ -60,8 +60,10 @@ def summarize(
         "date": datetime.now(UTC).strftime("%Y%m%d-%H%M%S"),
         "backend": "openai",
         "model_id": model_id,
+        "tokenizer_id": model_id,
         "num_prompts": len(outcomes),
         "request_rate": request_rate if request_rate is not None else "inf",
+        "burstiness": 1.0,  # Poisson arrivals (vLLM's gamma shape 1) when a rate is given
         "max_concurrency": max_concurrency,
         "duration": duration,
         "completed": len(ok),
