@@ -30,11 +30,13 @@ IDLE = RankStep(RankBatch.of([]), (), busy=False)  # a rank with nothing to do w
 class StepDone:
     """What the loop tells its service after a step: one rank's emissions at simulated time."""
 
+    instance: str
     rank: int
     emitted: tuple[Emitted, ...]
     sim_now_s: float  # the instance's simulated clock at the end of the step
     step_s: float  # the step's simulated duration (it began at sim_now_s - step_s)
     lag_s: float
+    error: str = ""  # set when the step failed: every request of the instance is failed
 
 
 class InstanceLoop:
@@ -77,8 +79,10 @@ class InstanceLoop:
             self._wake.clear()  # work submitted from now on wakes the next iteration
             try:
                 busy = await self._step()
-            except Exception:  # a failed step must not kill the instance; its requests time out
+            except Exception as exc:  # a failed step must not kill the instance: fail its requests
                 log.exception("%s: step failed", self.spec.name)
+                self._active.clear()
+                self.on_step(StepDone(self.spec.name, -1, (), self.sim_now_s, 0.0, 0.0, repr(exc)))
                 busy = False
 
     async def _step(self) -> bool:
@@ -102,7 +106,11 @@ class InstanceLoop:
         for r, step in enumerate(steps):
             self._record(r, step, cost, pace.lag_s)
             if step.emitted:
-                self.on_step(StepDone(r, step.emitted, self.sim_now_s, cost.total_s, pace.lag_s))
+                self.on_step(
+                    StepDone(
+                        self.spec.name, r, step.emitted, self.sim_now_s, cost.total_s, pace.lag_s
+                    )
+                )
         return bool(self._active)
 
     def _record(self, r: int, step: RankStep, cost: StepCost, lag_s: float) -> None:

@@ -23,6 +23,7 @@ from services.topology import InstanceSpec
 
 @dataclass
 class _Stream:
+    instance: str
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     submitted_sim_s: float = 0.0
 
@@ -39,6 +40,11 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         self._streams: dict[str, _Stream] = {}
 
     def on_step(self, done: StepDone) -> None:
+        if done.error:
+            for stream in self._streams.values():
+                if stream.instance == done.instance:
+                    stream.queue.put_nowait((None, done))
+            return
         for e in done.emitted:
             stream = self._streams.get(e.request_id)
             if stream is not None:
@@ -55,7 +61,7 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             )
         loop = self.loops[request.instance]
         actor = self.actors[request.instance][request.rank]
-        stream = _Stream(submitted_sim_s=loop.sim_now_s)
+        stream = _Stream(request.instance, submitted_sim_s=loop.sim_now_s)
         self._streams[request.request_id] = stream
         finished = False
         try:
@@ -74,6 +80,8 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
             first = True
             while not finished:
                 emitted, done = await stream.queue.get()
+                if emitted is None:  # the instance's step failed
+                    await context.abort(grpc.StatusCode.INTERNAL, f"{done.instance}: {done.error}")
                 since = done.sim_now_s - stream.submitted_sim_s + transfer
                 if first:
                     yield decode_pb2.TokenChunk(

@@ -19,6 +19,7 @@ from services.topology import InstanceSpec
 @dataclass
 class _Waiter:
     future: asyncio.Future
+    instance: str
     submitted_sim_s: float
     started_sim_s: float | None = None
     lag_s: float = 0.0
@@ -70,6 +71,11 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         self._waiting: dict[str, _Waiter] = {}
 
     def on_step(self, done: StepDone) -> None:
+        if done.error:
+            for waiter in self._waiting.values():
+                if waiter.instance == done.instance and not waiter.future.done():
+                    waiter.future.set_exception(RuntimeError(f"{done.instance}: {done.error}"))
+            return
         for e in done.emitted:
             waiter = self._waiting.get(e.request_id)
             if waiter is None:
@@ -91,7 +97,9 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             )
         loop = self.loops[request.instance]
         actor = self.actors[request.instance][request.dp_rank]
-        waiter = _Waiter(asyncio.get_running_loop().create_future(), loop.sim_now_s)
+        waiter = _Waiter(
+            asyncio.get_running_loop().create_future(), request.instance, loop.sim_now_s
+        )
         self._waiting[request.request_id] = waiter
         try:
             admitted = await call_actor(
@@ -103,6 +111,9 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             loop.wake(request.dp_rank)
             self._record_lookup(request, admitted)
             emitted, finished_sim = await waiter.future
+        except RuntimeError as exc:  # the instance's step failed
+            actor.cancel.remote(request.request_id)
+            await context.abort(grpc.StatusCode.INTERNAL, str(exc))
         finally:
             self._waiting.pop(request.request_id, None)
         started = waiter.started_sim_s if waiter.started_sim_s is not None else finished_sim
