@@ -206,11 +206,14 @@ class Transformer:
         heads, hd = self.cfg.n_q_heads, self.cfg.head_dim
         out = np.empty_like(q)
         q = q * self.scale
+        keys_t = np.ascontiguousarray(keys.T)  # [hd, T]: a plain (non-transposed) GEMM operand
         step = query_tile(seg.end, heads)
         for lo in range(0, len(q), step):
             hi = min(lo + step, len(q))
             first, visible = seg.start + lo, seg.start + hi  # later keys are never needed
-            scores = (q[lo:hi].reshape(-1, hd) @ keys[:visible].T).reshape(hi - lo, heads, visible)
+            scores = (q[lo:hi].reshape(-1, hd) @ keys_t[:, :visible]).reshape(
+                hi - lo, heads, visible
+            )
             # Only the tile's own diagonal block [first, visible) holds future positions.
             future = np.arange(first, visible)[None, :] > np.arange(first, visible)[:, None]
             scores[:, :, first:] += np.where(future, NEG_INF, np.float32(0))[:, None, :]
