@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run a private Docker engine that changes nothing on the host: its own data root, exec root,
 # pidfile and unix socket under $DOCKER_STATE, inside its own network namespace (unshare -n), with
-# iptables and the default bridge off. Stopped by PID. Usage: engine.sh start|stop|purge|exec CMD...
+# iptables and the default bridge off. Stopped by PID. Usage: engine.sh start|stop|purge|renice N|exec CMD...
 #   export DOCKER_HOST=unix://$DOCKER_STATE/docker.sock   # then docker / docker-compose use it
 #   engine.sh exec curl http://127.0.0.1:8000/health      # reach published ports (inside the netns)
 set -euo pipefail
@@ -46,6 +46,11 @@ purge() {  # stop, then delete the engine's state (images, volumes, logs)
   rm -rf "$DOCKER_STATE"
 }
 
+renice_engine() {  # containers inherit the niceness of containerd at their start
+  local pid; pid=$(cat "$DOCKER_STATE/dockerd.pid")
+  renice -n "$1" -p "$pid" $(pgrep -P "$pid") >/dev/null
+}
+
 netns_exec() {
   nsenter --target "$(cat "$DOCKER_STATE/dockerd.pid")" --net -- "$@"
 }
@@ -54,6 +59,7 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   purge) purge ;;
+  renice) renice_engine "$2" ;;
   exec) shift; netns_exec "$@" ;;
-  *) echo "usage: $0 start|stop|purge|exec CMD..." >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|purge|renice N|exec CMD..." >&2; exit 2 ;;
 esac

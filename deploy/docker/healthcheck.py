@@ -1,12 +1,14 @@
-"""Container healthcheck of the project image: exit 0 when the service at a URL is ready.
+"""Container healthcheck of the project image: exit 0 when every URL given is ready.
 
     python /app/deploy/docker/healthcheck.py http://127.0.0.1:8000/ready   # HTTP: any 2xx
     python /app/deploy/docker/healthcheck.py tcp://127.0.0.1:50061         # a listening port
+    python /app/deploy/docker/healthcheck.py file:///tmp/ray/ray_current_cluster  # a file exists
 Standard library only, so a probe costs one short interpreter start.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import urllib.error
@@ -19,6 +21,8 @@ TIMEOUT_S = 3.0
 def probe(url: str) -> str | None:
     """None when ready, else why not."""
     parts = urlsplit(url)
+    if parts.scheme == "file":
+        return None if os.path.exists(parts.path) else f"{url}: no such file"
     if parts.scheme == "tcp":
         try:
             socket.create_connection((parts.hostname, parts.port), timeout=TIMEOUT_S).close()
@@ -26,7 +30,7 @@ def probe(url: str) -> str | None:
             return f"{url}: {exc}"
         return None
     if parts.scheme not in ("http", "https"):
-        return f"{url}: scheme must be http, https or tcp"
+        return f"{url}: scheme must be http, https, tcp or file"
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT_S) as reply:
             return None if 200 <= reply.status < 300 else f"{url}: HTTP {reply.status}"
@@ -35,13 +39,14 @@ def probe(url: str) -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: healthcheck.py URL", file=sys.stderr)
+    if len(argv) < 2:
+        print("usage: healthcheck.py URL [URL...]", file=sys.stderr)
         return 2
-    problem = probe(argv[1])
-    if problem:
-        print(problem, file=sys.stderr)
-        return 1
+    for url in argv[1:]:
+        problem = probe(url)
+        if problem:
+            print(problem, file=sys.stderr)
+            return 1
     return 0
 
 

@@ -115,7 +115,8 @@ def test_ray_head_matches_the_launcher_but_for_container_networking(compose) -> 
     assert set(head) | container_only >= ray_head_flags()
     assert compose["ray-head"]["command"][:3] == ["ray", "start", "--head"]
     assert head["--num-cpus"] == ["0"], "the head is the control plane; worker containers bring CPUs"
-    assert compose["ray-head"]["healthcheck"]["test"][-1] == f"tcp://127.0.0.1:{head['--port'][0]}"
+    probes = compose["ray-head"]["healthcheck"]["test"][3:]
+    assert probes == [f"tcp://127.0.0.1:{head['--port'][0]}", "file:///tmp/ray/ray_current_cluster"]
 
 
 def test_ports_are_wired_consistently(compose) -> None:
