@@ -25,6 +25,7 @@ from rackserve.config import Config, load_config
 from rackserve.metrics import ProcessMetrics
 from rackserve.timing import TimingModel
 from rackserve.timing.batch import StepBatch, StepCost
+from services.grpc_limits import SERVER_OPTIONS
 from services.instance_loop import InstanceLoop, StepDone
 from services.rank_worker import RankWorker
 from services.topology import InstanceSpec, instances
@@ -172,7 +173,7 @@ async def serve_grpc(
     args: argparse.Namespace, add: Callable[[grpc.aio.Server], None], loops: dict[str, InstanceLoop]
 ) -> None:
     """Run the loops and the gRPC server until SIGTERM/SIGINT."""
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=SERVER_OPTIONS)
     add(server)
     server.add_insecure_port(f"{args.host}:{args.port}")
     await server.start()

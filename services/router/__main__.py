@@ -27,6 +27,7 @@ from services._proto import (
     router_pb2,
     router_pb2_grpc,
 )
+from services.grpc_limits import SERVER_OPTIONS
 from services.router.app import FrontDoor, create_app
 from services.router.limits import check_bind, guard
 from services.router.orchestrator import Orchestrator
@@ -127,7 +128,7 @@ async def serve(args: argparse.Namespace) -> None:
         ready=lambda: flag["ready"],
         merge_metrics=workers.merged_with,
     )
-    grpc_server = grpc.aio.server()
+    grpc_server = grpc.aio.server(options=SERVER_OPTIONS)
     router_pb2_grpc.add_RouterServicer_to_server(RouterService(core), grpc_server)
     grpc_server.add_insecure_port(f"{args.host}:{args.grpc_port}")
     await grpc_server.start()

@@ -1,0 +1,14 @@
+"""Message-size limits every rackserve gRPC server (and its clients) sets explicitly.
+
+Requests carry token ids and KV *handles* (block hashes), never KV bytes, so 4 MiB is ample; a
+larger message is refused by gRPC itself with RESOURCE_EXHAUSTED before any handler runs.
+"""
+
+from __future__ import annotations
+
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+SERVER_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
