@@ -100,6 +100,10 @@ def test_project_services_share_image_scenario_and_env() -> None:
         assert env["RACKSERVE_CLUSTER__REDIS_URL"] == "redis://redis:6379/0", name
         assert env["RACKSERVE_CLUSTER__RAY_ADDRESS"] == "ray-head:6379", name
         assert env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "1", name  # bind the node IP, not loopback
+        if "0.0.0.0" in svc["command"]:
+            assert env["RACKSERVE_CLUSTER__PUBLIC_BIND"] == "true", name  # else the service refuses
+    cluster = load_config(environ={"RACKSERVE_CLUSTER__PUBLIC_BIND": "true", "RACKSERVE_CLUSTER__API_KEY": ""}).cluster
+    assert cluster.public_bind and cluster.api_key is None  # an unset RACKSERVE_API_KEY means no key
 
 
 def test_grafana_anonymous_viewer_and_provisioning() -> None:
