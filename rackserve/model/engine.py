@@ -48,7 +48,12 @@ from rackserve.kv.events import KVEvent, Publisher
 from rackserve.kv.kv_codec import decode_block, encode_block
 from rackserve.kv.paged_kv import PagedKV
 from rackserve.model.config import ModelConfig
-from rackserve.model.engram import EngramTable, LocalEngramTable, engram_row_ids_span
+from rackserve.model.engram import (
+    EngramTable,
+    LocalEngramTable,
+    engram_row_ids_windows,
+    engram_windows,
+)
 from rackserve.model.request import Request
 from rackserve.model.sampling import SamplingParams, sample
 from rackserve.model.tokenizer import EOS
@@ -332,7 +337,7 @@ class Engine:
         decode = sum(1 for r, _ in scheduled if r.is_decoding)
         total = sum(n for _, n in scheduled)
         before = tuple(r.num_computed for r, _ in scheduled)
-        logits = self.model.forward(self.kv, [self._segment(r, n) for r, n in scheduled])
+        logits = self.model.forward(self.kv, self._segments(scheduled))
         outputs = tuple(
             self._advance(r, n, row) for (r, n), row in zip(scheduled, logits, strict=True)
         )
@@ -371,11 +376,25 @@ class Engine:
             budget -= n
         return chosen
 
-    def _segment(self, request: Request, n: int) -> Segment:
-        start = request.num_computed
-        new = np.asarray(request.token_ids[start : start + n], np.int64)
-        rows = engram_row_ids_span(request.token_ids, start, start + n, self.cfg)
-        return Segment(new, start, np.asarray(request.block_ids, np.int64), rows)
+    def _segments(self, scheduled: list[tuple[Request, int]]) -> list[Segment]:
+        """The batch for the model; Engram row ids of all new tokens are hashed in one call."""
+        windows = [
+            engram_windows(r.token_ids, r.num_computed, r.num_computed + n, self.cfg)
+            for r, n in scheduled
+        ]
+        rows = np.split(
+            engram_row_ids_windows(np.concatenate(windows), self.cfg),
+            np.cumsum([n for _, n in scheduled])[:-1],
+        )
+        return [
+            Segment(
+                np.asarray(r.token_ids[r.num_computed : r.num_computed + n], np.int64),
+                r.num_computed,
+                np.asarray(r.block_ids, np.int64),
+                seg_rows,
+            )
+            for (r, n), seg_rows in zip(scheduled, rows, strict=True)
+        ]
 
     def _advance(self, request: Request, n: int, logits: np.ndarray) -> TokenOutput:
         """Count computed tokens, cache newly full blocks, sample if caught up, finish if done."""

@@ -22,6 +22,8 @@ np.random.default_rng([seed, t, c]).standard_normal((ROW_CHUNK, dim), float32) *
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -50,34 +52,55 @@ def hash_seed(n: int, head: int) -> int:
     return int(_mix64(np.array([SEED_BASE + 256 * n + head], dtype=np.uint64))[0])
 
 
-def engram_row_ids(token_ids: np.ndarray, cfg: ModelConfig) -> np.ndarray:
+@functools.cache
+def _seeds(ngrams: tuple[int, ...], heads: int) -> np.ndarray:
+    return np.array([[hash_seed(n, h) for h in range(heads)] for n in ngrams], dtype=np.uint64)
+
+
+def engram_windows(
+    token_ids: Sequence[int] | np.ndarray, start: int, stop: int, cfg: ModelConfig
+) -> np.ndarray:
+    """[stop - start, longest n-gram] the tokens ending at each position in [start, stop), oldest
+    first, PAD_TOKEN before the sequence start. Reads only token_ids[start - longest + 1 : stop]."""
+    longest = max(cfg.engram_ngrams)
+    if stop <= start:
+        return np.empty((0, longest), np.int64)
+    lo = max(0, start - (longest - 1))
+    tokens = np.asarray(token_ids[lo:stop], dtype=np.int64)
+    pad = np.full(longest - 1 - (start - lo), PAD_TOKEN, np.int64)
+    return np.lib.stride_tricks.sliding_window_view(np.concatenate([pad, tokens]), longest)
+
+
+def engram_row_ids_windows(windows: np.ndarray, cfg: ModelConfig) -> np.ndarray:
+    """Row ids [N, H] int64 from N windows of `engram_windows` (any positions, any sequences)."""
+    longest = max(cfg.engram_ngrams)
+    w = np.asarray(windows, dtype=np.int64).astype(np.uint64) + np.uint64(1)
+    assert w.ndim == 2 and w.shape[1] == longest, "windows must be [N, longest n-gram]"
+    seeds = _seeds(tuple(cfg.engram_ngrams), cfg.engram_heads_per_ngram)
+    columns = []
+    for i, n in enumerate(cfg.engram_ngrams):
+        acc = np.repeat(seeds[i][None, :], len(w), axis=0)  # [N, heads]
+        for j in range(longest - n, longest):  # oldest token of the n-gram first
+            acc ^= w[:, j : j + 1]
+            acc *= FNV_PRIME
+        columns.append(acc)
+    rows = _mix64(np.concatenate(columns, axis=1)) % np.uint64(cfg.engram_rows)
+    return rows.astype(np.int64)
+
+
+def engram_row_ids(token_ids: Sequence[int] | np.ndarray, cfg: ModelConfig) -> np.ndarray:
     """Row ids [L, H] int64 for every position of `token_ids` (position 0 = sequence start)."""
     tokens = np.asarray(token_ids, dtype=np.int64)
     if tokens.ndim != 1:
         raise ValueError(f"token_ids must be 1-D, got shape {tokens.shape}")
-    longest = max(cfg.engram_ngrams)
-    padded = np.concatenate([np.full(longest - 1, PAD_TOKEN, np.int64), tokens]).astype(np.uint64)
-    padded += np.uint64(1)
-    length = len(tokens)
-    rows = np.empty((length, cfg.engram_heads), dtype=np.int64)
-    col = 0
-    for n in cfg.engram_ngrams:
-        for head in range(cfg.engram_heads_per_ngram):
-            acc = np.full(length, hash_seed(n, head), dtype=np.uint64)
-            for j in range(n):  # oldest token of the n-gram first
-                offset = longest - n + j
-                acc = (acc ^ padded[offset : offset + length]) * FNV_PRIME
-            rows[:, col] = (_mix64(acc) % np.uint64(cfg.engram_rows)).astype(np.int64)
-            col += 1
-    return rows
+    return engram_row_ids_windows(engram_windows(tokens, 0, len(tokens), cfg), cfg)
 
 
 def engram_row_ids_span(
-    token_ids: np.ndarray, start: int, stop: int, cfg: ModelConfig
+    token_ids: Sequence[int] | np.ndarray, start: int, stop: int, cfg: ModelConfig
 ) -> np.ndarray:
     """Rows for positions [start, stop) of a sequence, reading only the tokens those n-grams need."""
-    lo = max(0, start - (max(cfg.engram_ngrams) - 1))
-    return engram_row_ids(np.asarray(token_ids[lo:stop]), cfg)[start - lo :]
+    return engram_row_ids_windows(engram_windows(token_ids, start, stop, cfg), cfg)
 
 
 @runtime_checkable

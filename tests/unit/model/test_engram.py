@@ -10,6 +10,8 @@ from rackserve.model.engram import (
     LocalEngramTable,
     engram_row_ids,
     engram_row_ids_span,
+    engram_row_ids_windows,
+    engram_windows,
     hash_seed,
 )
 
@@ -75,3 +77,14 @@ def test_lookup_shape():
     rows = table.lookup(0, ids)
     assert rows.shape == (7, CFG.engram_heads, CFG.engram_dim)
     assert np.array_equal(rows[2, 1], table.rows(0, ids[2, 1], ids[2, 1] + 1)[0])
+
+
+def test_windows_of_several_sequences_hash_in_one_call():
+    a, b = tokens(30, seed=4), tokens(9, seed=5)
+    windows = np.concatenate(
+        [engram_windows(a, 28, 30, CFG), engram_windows(b, 0, 9, CFG), engram_windows(a, 3, 4, CFG)]
+    )
+    rows = engram_row_ids_windows(windows, CFG)
+    full_a, full_b = engram_row_ids(a, CFG), engram_row_ids(b, CFG)
+    assert np.array_equal(rows, np.concatenate([full_a[28:30], full_b, full_a[3:4]]))
+    assert engram_windows(a, 5, 5, CFG).shape == (0, max(CFG.engram_ngrams))
