@@ -142,7 +142,17 @@ def step_cost(
             continue
         _kv_attention(ctx, layout, phase, lg, gi, ga, kv)
         bundles.append(
-            _token_bundle(ctx, layout, phase, lg, gi, ga, groups[0].tokens, batch.expert_tokens)
+            _token_bundle(
+                ctx,
+                layout,
+                phase,
+                lg,
+                gi,
+                ga.tokens,
+                ga.seqs,
+                groups[0].tokens,
+                batch.expert_tokens,
+            )
         )
     if any(rb.pool_hbm_tokens or rb.pool_dram_tokens for rb in batch.ranks):
         transfer = [
@@ -185,6 +195,25 @@ class Bundle:
             self._rank_views[r] = view
         return view
 
+    def rank_tail(self, r: int) -> tuple[dict[str, float], dict[str, str]]:
+        """(time, bound) per component of this bundle alone on the critical path through rank r:
+        rank r's attention-part components, then the busiest EP rank's MoE components (cached)."""
+        tail = self._rank_views.get(("tail", r))
+        if tail is None:
+            t, tc, tm = self.rank_view(r)
+            bound = {
+                n: "comm"
+                if n in COMM
+                else ("compute" if tc.get(n, 0.0) > tm.get(n, 0.0) else "memory")
+                for n in t
+            }
+            values = dict(t)
+            for name, value in self.crit_breakdown.items():
+                values[name] = values.get(name, 0.0) + value
+                bound[name] = self.crit_bound[name]
+            tail = self._rank_views[("tail", r)] = (values, bound)
+        return tail
+
     @staticmethod
     def of(parts: Parts, crit: Parts) -> Bundle:
         names = [n for n in MOE_PART if n in crit.t]
@@ -204,7 +233,8 @@ def _token_bundle(
     phase: str,
     lg: LayerGroups,
     gi: int,
-    ga: GroupArrays,
+    tokens: np.ndarray,
+    seqs: np.ndarray,
     tokens_full: np.ndarray,
     expert_tokens,
 ) -> Bundle:
@@ -213,18 +243,18 @@ def _token_bundle(
     a simulator's steps repeat the same counts many times."""
     key = None
     if expert_tokens is None:
-        extra = ga.seqs.tobytes() if (phase == "prefill" and gi == 0) else b""
+        extra = seqs.tobytes() if (phase == "prefill" and gi == 0) else b""
         full = tokens_full.tobytes() if gi == 1 else b""
-        key = (phase, lay.key, gi, ga.tokens.tobytes(), extra, full)
+        key = (phase, lay.key, gi, tokens.tobytes(), extra, full)
         hit = ctx.memo.get(key)
         if hit is not None:
             return hit
     b_parts, b_crit = Parts(lay.dp), Parts(1)
-    _token_attention(ctx, lay, phase, lg, gi, ga.tokens, b_parts)
-    _moe_part(ctx, lay, phase, lg, gi, ga.tokens, tokens_full, expert_tokens, b_parts, b_crit)
+    _token_attention(ctx, lay, phase, lg, gi, tokens, b_parts)
+    _moe_part(ctx, lay, phase, lg, gi, tokens, tokens_full, expert_tokens, b_parts, b_crit)
     if gi == 0:
-        _lm_head(ctx, lay, phase, ga, b_parts)
-    _engram(ctx, lg, gi, ga.tokens, b_parts)
+        _lm_head(ctx, lay, phase, tokens, seqs, b_parts)
+    _engram(ctx, lg, gi, tokens, b_parts)
     bundle = Bundle.of(b_parts, b_crit)
     if key is not None:
         if len(ctx.memo) > MEMO_LIMIT:
@@ -536,10 +566,10 @@ def _dispatch_combine(ctx, lay: Layout, own, recv, n_moe: int, dom: float, p: Pa
     p.add("dispatch_combine", t, None, None, times=n_moe)
 
 
-def _lm_head(ctx, lay: Layout, phase: str, ga: GroupArrays, parts: Parts) -> None:
+def _lm_head(ctx, lay: Layout, phase: str, tokens, seqs, parts: Parts) -> None:
     """Logits of every decoded token, or of each prompt's last position in prefill."""
     m, o = ctx.model, ctx.opts
-    rows = ga.tokens if phase == "decode" else ga.seqs
+    rows = tokens if phase == "decode" else seqs
     t, tc, tm = gemm_time(
         ctx.hw,
         rows,

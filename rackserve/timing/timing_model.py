@@ -8,6 +8,7 @@ from rackserve.timing.layout import Layout, make_layout
 from rackserve.timing.optimizations import Optimizations, parse_optimizations
 from rackserve.timing.spec import HardwareSpec, ModelSpec, load_hardware, load_model
 from rackserve.timing.step_cost import CostContext, step_cost
+from rackserve.timing.step_plan import StepPlan, build_plan, fast_step_cost
 
 KV_TIERS = ("pool_hbm", "pool_dram")
 REFERENCE_PREFILL_TOKENS = 16384  # a busy prefill rank's batch, for the router's marginal estimate
@@ -35,6 +36,8 @@ class TimingModel:
         self._ctx = CostContext.build(hardware, model, optimizations)
         self._layouts: dict[tuple[str, int | None], Layout] = {}
         self._estimates: dict[tuple[str, int, int], float] = {}
+        self._plans: dict[tuple[Layout, str], StepPlan] = {}
+        self._plans_by_id: dict[tuple[int, str], tuple[Layout, StepPlan]] = {}
 
     @staticmethod
     def create(
@@ -75,7 +78,23 @@ class TimingModel:
         return self._layouts[key]
 
     def step_time(self, phase: str, layout: Layout, batch: StepBatch) -> StepCost:
-        """Simulated duration of one lockstep step of `layout` computing `batch`, with breakdown."""
+        """Simulated duration of one lockstep step of `layout` computing `batch`, with breakdown.
+        The fast path (step_plan.py): per-(layout, phase) constants precomputed once."""
+        hit = self._plans_by_id.get((id(layout), phase))
+        if hit is not None and hit[0] is layout:  # identity, so a recycled id never matches
+            return fast_step_cost(self._ctx, hit[1], batch, self.kv_transfer_s)
+        plan = self._plans.get((layout, phase))
+        if plan is None:
+            if phase not in ("prefill", "decode"):
+                raise ValueError(f"phase: must be 'prefill' or 'decode', got {phase!r}")
+            plan = self._plans[(layout, phase)] = build_plan(self._ctx, layout, phase)
+        if len(self._plans_by_id) > 1000:
+            self._plans_by_id.clear()
+        self._plans_by_id[(id(layout), phase)] = (layout, plan)
+        return fast_step_cost(self._ctx, plan, batch, self.kv_transfer_s)
+
+    def step_time_reference(self, phase: str, layout: Layout, batch: StepBatch) -> StepCost:
+        """The same cost by the readable reference path (step_cost.py): slower, for checking."""
         return step_cost(self._ctx, phase, layout, batch, self.kv_transfer_s)
 
     def decode_leap(self, layout: Layout, batch: StepBatch, steps: int) -> StepCost:

@@ -1,0 +1,426 @@
+"""The fast path of the step cost: what depends only on (hardware, model, optimizations, layout,
+phase) is folded once into a plan; a call is then a few numpy reductions over the batch's sequences.
+
+step_cost.step_cost stays the readable reference (TimingModel.step_time_reference); the two agree
+to rounding (tests/unit/timing/test_step_plan.py). Same contract: total_s == sum(breakdown), the
+critical path is the slowest rank's attention part + the busiest EP rank's MoE part.
+
+Attention and indexer times are linear in four per-rank sums (window entries W, sum of positions L,
+indexer key reads Kr, selected entries per indexer code) until the roofline max, so one matrix maps
+the sums to (compute, memory) times of every (kernel, attention code) at once. The token-count-only
+components (projections, mHC, all-reduce, LM head, engram, MoE) come from step_cost's memoized
+bundles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import accumulate
+from operator import attrgetter
+
+import numpy as np
+
+from rackserve.timing.batch import StepBatch, StepCost
+from rackserve.timing.layout import Layout
+from rackserve.timing.roofline import domain_bw_factor
+from rackserve.timing.step_cost import COMM, MEMO_LIMIT, Bundle, CostContext, _token_bundle
+
+_NEW = attrgetter("new_tokens")
+_CACHED = attrgetter("cached_tokens")
+_HBM = attrgetter("pool_hbm_tokens")
+_DRAM = attrgetter("pool_dram_tokens")
+_ONES = b""  # int64 ones, grown on demand (see _all_ones)
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """Constants of one layer group's context-dependent part (attention + indexer over C codes).
+
+    Columns of the maps: [attention compute x C, indexer compute x C, attention memory x C,
+    indexer memory x C]; rows: general features [W, L, Kr, capped per indexer code] or, for
+    single-token decode, [W, L, capped per indexer code] (Kr == L there).
+    """
+
+    gi: int
+    layers: int
+    window: float
+    tail: int  # prefill tail group: queries = min(new, tail); 0 for the all-token group
+    indexer_ratios: tuple[tuple[float, float], ...]  # (ratio, top_k) per indexer code
+    decode_caps: np.ndarray  # [F_d, 1] caps of e = cached + 1
+    decode_map: np.ndarray  # [F_d, 4C]
+    general_map: np.ndarray  # [F_g, 4C]
+    omo: np.ndarray  # [2C] 1 - overlap (attention), 0 (indexer)
+    gather: np.ndarray  # [2C] exposed KV-gather latency of indexer codes (decode only)
+    weights: np.ndarray  # [2C, 2] layer counts -> (attention, indexer) totals
+    overhead: float
+    has_indexer: bool
+    d_const: np.ndarray  # [2] per-kernel overhead + gather latency of a non-idle rank, @ weights
+    d_const_list: tuple[float, float]
+    d_omo_weights: np.ndarray | None  # [2C, 3] (1 - overlap) x weights3; None when overlap is full
+    weights3: np.ndarray  # [2C, 3] weights and their row sums: (attention, indexer, both)
+    wide_weights: np.ndarray  # [4C, 4] blockdiag(weights, weights): compute/memory totals
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """Everything per (layout, phase) that does not depend on the batch."""
+
+    layout: Layout
+    phase: str
+    groups: tuple[GroupPlan, ...]
+    # decode: (bundle, attention-part base) per tuple of sequences per rank
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+def build_plan(ctx: CostContext, lay: Layout, phase: str) -> StepPlan:
+    lg = ctx.groups[phase]
+    groups = []
+    for gi in (0, 1):
+        if lg.layers[gi] == 0:
+            continue
+        if gi == 1 and (phase == "decode" or ctx.model.prefill.full_layers >= ctx.model.layers):
+            continue
+        groups.append(_group_plan(ctx, lay, phase, gi))
+    return StepPlan(lay, phase, tuple(groups))
+
+
+def _group_plan(ctx: CostContext, lay: Layout, phase: str, gi: int) -> GroupPlan:
+    hw, m, o = ctx.hw, ctx.model, ctx.opts
+    att, lg = m.attention, ctx.groups[phase]
+    codes = ctx.codes
+    nc = len(codes)
+    idx_codes = [i for i, c in enumerate(codes) if c.ratio and c.indexer]
+    fg = 3 + len(idx_codes)
+    gmap = np.zeros((fg, 4 * nc))
+    fa = 2.0 * (att.heads / lay.tp) * (att.qk_head_dim + att.v_head_dim)
+    pa = hw.peak(att.math_dtype) * hw.efficiency.attention_compute
+    ba = hw.hbm_bw_bytes_per_s * hw.efficiency.attention_memory * domain_bw_factor(hw, False)
+    with_indexer = bool(m.indexer and lg.indexer_layers[gi])
+    if m.indexer:
+        ix = m.indexer
+        fi = 2.0 * (ix.heads / lay.tp) * ix.head_dim
+        pi = hw.peak("fp4" if o.fp4_indexer else "fp8") * hw.efficiency.attention_compute
+        bi = hw.hbm_bw_bytes_per_s * hw.efficiency.attention_memory
+    for i, code in enumerate(codes):
+        # window entries: every code attends them
+        gmap[0, i] = fa / pa
+        gmap[0, 2 * nc + i] = att.window_entry_bytes / ba
+        if code.ratio == 0:
+            continue
+        if code.indexer:
+            row = 3 + idx_codes.index(i)  # comp = capped sum (already in entries)
+            gmap[row, i] = fa / pa
+            gmap[row, 2 * nc + i] = att.compressed_entry_bytes / ba
+            if with_indexer:
+                gmap[1, nc + i] = fi / code.ratio / pi  # scan = L / ratio
+                gmap[2, 3 * nc + i] = ix.key_bytes / code.ratio / bi  # keys = Kr / ratio
+        else:  # dense compressed: comp = L / ratio
+            gmap[1, i] = fa / code.ratio / pa
+            gmap[1, 2 * nc + i] = att.compressed_entry_bytes / code.ratio / ba
+    # single-token decode: Kr == L, capped sums come as sum(min(e, top_k x ratio)) (entries x ratio)
+    dmap = np.vstack([gmap[0], gmap[1] + gmap[2], gmap[3:]])
+    for j, i in enumerate(idx_codes):
+        dmap[2 + j] /= codes[i].ratio
+    window = float(att.window) if att.window else 0.0
+    caps = [window, np.inf] + [float(codes[i].top_k * codes[i].ratio) for i in idx_codes]
+    overlap = 1.0 if o.attn_overlap else hw.efficiency.attention_overlap
+    omo = np.concatenate([np.full(nc, 1.0 - overlap), np.zeros(nc)])
+    gather = np.zeros(2 * nc)
+    if phase == "decode" and not o.kv_gather_ahead:
+        gather[:nc] = hw.microarch.gather_latency_s * ctx.indexer_codes
+    weights = np.zeros((2 * nc, 2))
+    weights[:nc, 0] = lg.code_counts[gi]
+    if with_indexer:
+        weights[nc:, 1] = lg.code_counts[gi]
+    # single-token decode, non-idle rank: every feature with a positive cap is >= 1, so which
+    # kernels move bytes (and pay their launch) is static
+    moves = (dmap[np.array(caps) > 0] > 0).any(axis=0)[2 * nc :]
+    d_const = (hw.microarch.kernel_overhead_s * moves + gather) @ weights
+    weights3 = np.column_stack([weights, weights.sum(axis=1)])
+    wide = np.zeros((4 * nc, 4))
+    wide[: 2 * nc, :2] = weights
+    wide[2 * nc :, 2:] = weights
+    return GroupPlan(
+        gi=gi,
+        layers=lg.layers[gi],
+        window=window,
+        tail=m.prefill.tail_tokens if gi == 1 else 0,
+        indexer_ratios=tuple((float(codes[i].ratio), float(codes[i].top_k)) for i in idx_codes),
+        decode_caps=np.array(caps)[:, None],
+        decode_map=dmap,
+        general_map=gmap,
+        omo=omo,
+        gather=gather,
+        weights=weights,
+        overhead=hw.microarch.kernel_overhead_s,
+        has_indexer=with_indexer,
+        d_const=d_const,
+        d_const_list=tuple(d_const.tolist()),
+        d_omo_weights=None if not omo.any() else omo[:, None] * weights3,
+        weights3=weights3,
+        wide_weights=wide,
+    )
+
+
+def _decode_features(gp: GroupPlan, cached: np.ndarray, n: int, starts, nonempty):
+    """Single-token decode: per-rank sums of min(e, cap) for each cap, e = cached + 1."""
+    capped = np.zeros((gp.decode_caps.shape[0], n + 1))
+    np.minimum(cached + 1.0, gp.decode_caps, out=capped[:, :n])
+    return np.add.reduceat(capped, starts, axis=1) * nonempty  # [F_d, R]
+
+
+def _linear(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    return (hi * (hi + 1.0) - lo * (lo + 1.0)) * 0.5
+
+
+def _capped(lo: np.ndarray, hi: np.ndarray, div: float, cap: float) -> np.ndarray:
+    knee = np.clip(cap * div, lo, hi)
+    return _linear(lo, knee) / div + (hi - knee) * cap
+
+
+def _general_features(gp: GroupPlan, q: np.ndarray, end: np.ndarray, starts, nonempty):
+    """Per-rank sums [W, L, Kr, capped per indexer code, tokens, seqs] for queries q ending at end."""
+    n = q.size
+    lo = end - q
+    rows = np.zeros((5 + len(gp.indexer_ratios), n + 1))
+    rows[0, :n] = _capped(lo, end, 1.0, gp.window)
+    rows[1, :n] = _linear(lo, end)
+    rows[2, :n] = end * np.ceil(q / 128.0)
+    for j, (ratio, top_k) in enumerate(gp.indexer_ratios):
+        rows[3 + j, :n] = _capped(lo, end, ratio, top_k)
+    rows[-2, :n] = q
+    rows[-1, :n] = q > 0
+    return np.add.reduceat(rows, starts, axis=1) * nonempty  # [F_g + 2, R]
+
+
+def _kv_times(gp: GroupPlan, feats: np.ndarray, fmap: np.ndarray, seqs: np.ndarray):
+    """Per-rank (attention, indexer) times [R, 2], and per-rank compute/memory [R, 2C] each."""
+    x = feats.T @ fmap  # [R, 4C]
+    half = x.shape[1] // 2
+    tc, tm = x[:, :half], x[:, half:]
+    t = np.maximum(tc, tm) + gp.omo * np.minimum(tc, tm) + gp.overhead * (tm > 0)
+    if gp.gather.any():
+        t = t + (seqs > 0)[:, None] * gp.gather
+    return t @ gp.weights, tc, tm
+
+
+class _Group:
+    """One layer group's per-call results."""
+
+    __slots__ = ("gp", "kv", "tc", "tm", "tokens", "seqs")
+
+    def __init__(self, gp, kv, tc, tm, tokens, seqs) -> None:
+        self.gp, self.kv, self.tc, self.tm, self.tokens, self.seqs = gp, kv, tc, tm, tokens, seqs
+
+
+def fast_step_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer) -> StepCost:
+    lay = plan.layout
+    ranks = batch.ranks
+    if len(ranks) != lay.dp:
+        raise ValueError(f"ranks: layout {lay.key} has {lay.dp} DP ranks, batch has {len(ranks)}")
+    if plan.phase == "decode":
+        cost = _decode_step(ctx, plan, batch, kv_transfer)
+        if cost is not None:
+            return cost
+    news = [rb.new_tokens for rb in ranks]
+    counts = np.fromiter(map(len, news), np.int64, len(ranks))
+    new = np.concatenate(news) if len(news) > 1 else news[0]
+    cached = (
+        np.concatenate([rb.cached_tokens for rb in ranks])
+        if len(news) > 1
+        else ranks[0].cached_tokens
+    )
+    n = new.size
+    starts = np.cumsum(counts) - counts
+    nonempty = counts > 0
+    groups = []
+    if plan.phase == "decode" and n and not (new != 1).any():
+        gp = plan.groups[0]
+        seqs = counts.astype(np.float64)
+        feats = _decode_features(gp, cached, n, starts, nonempty)
+        kv, tc, tm = _kv_times(gp, feats, gp.decode_map, seqs)
+        groups.append(_Group(gp, kv, tc, tm, seqs, seqs))
+    else:
+        end = (cached + new).astype(np.float64)
+        q_full = new.astype(np.float64)
+        for gp in plan.groups:
+            q = q_full if gp.tail == 0 else np.minimum(q_full, gp.tail)
+            f = _general_features(gp, q, end, starts, nonempty)
+            kv, tc, tm = _kv_times(gp, f[:-2], gp.general_map, f[-1])
+            groups.append(_Group(gp, kv, tc, tm, f[-2], f[-1]))
+    tokens_full = groups[0].tokens
+    lg = ctx.groups[plan.phase]
+    bundles = [
+        _token_bundle(
+            ctx, lay, plan.phase, lg, g.gp.gi, g.tokens, g.seqs, tokens_full, batch.expert_tokens
+        )
+        for g in groups
+    ]
+    transfer = _pool_transfer(ranks, kv_transfer)
+    return _assemble(groups, bundles, transfer, lay)
+
+
+def _all_ones(new: np.ndarray, n: int) -> bool:
+    """Every entry is 1 (a byte comparison against cached int64 ones; else two reductions)."""
+    global _ONES
+    if new.dtype == np.int64 and new.flags.c_contiguous:
+        if len(_ONES) < 8 * n:
+            _ONES = np.ones(2 * n, dtype=np.int64).tobytes()
+        return new.tobytes() == _ONES[: 8 * n]
+    return np.minimum.reduce(new) == 1 and np.maximum.reduce(new) == 1
+
+
+def _pool_transfer(ranks, kv_transfer) -> np.ndarray | None:
+    if not (any(map(_HBM, ranks)) or any(map(_DRAM, ranks))):
+        return None
+    return np.array(
+        [
+            kv_transfer(rb.pool_hbm_tokens, "pool_hbm")
+            + kv_transfer(rb.pool_dram_tokens, "pool_dram")
+            for rb in ranks
+        ]
+    )
+
+
+def _decode_step(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer):
+    """Single-token decode (every sequence computes one token; the simulator's hot path): None when
+    the batch is not of that form. One concatenation, one capped reduction per rank, one matrix
+    product to the per-(kernel, code) compute and memory times, one to the per-rank totals."""
+    ranks = batch.ranks
+    news = list(map(_NEW, ranks))
+    lens = list(map(len, news))
+    n = sum(lens)
+    if n == 0:
+        return None
+    if len(ranks) > 1:
+        both = np.concatenate(news + list(map(_CACHED, ranks)))
+        new, cached = both[:n], both[n:]
+    else:
+        new, cached = news[0], ranks[0].cached_tokens
+    if not _all_ones(new, n):
+        return None
+    gp = plan.groups[0]
+    starts = list(accumulate(lens[:-1], initial=0))
+    idle = 0 in lens
+    if idle:
+        capped = np.zeros((gp.decode_caps.shape[0], n + 1))
+        np.minimum(cached + 1.0, gp.decode_caps, out=capped[:, :n])
+        feats = np.add.reduceat(capped, starts, axis=1) * (np.array(lens) > 0)
+    else:
+        feats = np.add.reduceat(np.minimum(cached + 1.0, gp.decode_caps), starts, axis=1)
+    x = feats.T @ gp.decode_map  # [R, 4C]: compute times, then memory times
+    half = x.shape[1] >> 1
+    tc, tm = x[:, :half], x[:, half:]
+    # [R, (attention, indexer, both)], launch and gather costs apart
+    kv = np.maximum(tc, tm) @ gp.weights3
+    if gp.d_omo_weights is not None:
+        kv = kv + np.minimum(tc, tm) @ gp.d_omo_weights
+    bundle, base = _decode_bundle(ctx, plan, lens, batch.expert_tokens)
+    attn = kv[:, 2] + base
+    transfer = _pool_transfer(ranks, kv_transfer)
+    if transfer is not None:
+        attn = attn + transfer
+    ra = int(attn.argmax())
+    if attn[ra] <= 0 and bundle.moe_total.max() <= 0:
+        return StepCost(0.0, {}, (0.0,) * len(ranks), {})
+    a_t, i_t, _ = kv[ra].tolist()
+    if lens[ra]:
+        a_t, i_t = a_t + gp.d_const_list[0], i_t + gp.d_const_list[1]
+    a_c, i_c, a_m, i_m = (x[ra] @ gp.wide_weights).tolist()
+    breakdown = {"attention": a_t}
+    bound = {"attention": "compute" if a_c > a_m else "memory"}
+    if gp.has_indexer:
+        breakdown["indexer"] = i_t
+        bound["indexer"] = "compute" if i_c > i_m else "memory"
+    if transfer is not None:
+        breakdown["kv_transfer"] = float(transfer[ra])
+        bound["kv_transfer"] = "comm"
+    values, labels = bundle.rank_tail(ra)
+    breakdown.update(values)
+    bound.update(labels)
+    total = sum(breakdown.values())
+    busy = np.minimum(attn + bundle.moe_total, total).tolist()
+    return StepCost(total, breakdown, tuple(busy), bound)
+
+
+def _decode_bundle(
+    ctx: CostContext, plan: StepPlan, lens: list[int], expert_tokens
+) -> tuple[Bundle, np.ndarray]:
+    """The token-count components of a decode step, a function of the sequences per rank alone
+    (with the expert-load model), memoized on them; with the per-rank attention-part base (those
+    components + the attention/indexer launch and gather costs of non-idle ranks)."""
+    key = tuple(lens) if expert_tokens is None else None
+    if key is not None:
+        hit = plan.memo.get(key)
+        if hit is not None:
+            return hit
+    tokens = np.array(lens, dtype=np.float64)
+    lg = ctx.groups["decode"]
+    bundle = _token_bundle(ctx, plan.layout, "decode", lg, 0, tokens, tokens, tokens, expert_tokens)
+    gp = plan.groups[0]
+    entry = (bundle, bundle.attn_total + (tokens > 0) * (gp.d_const[0] + gp.d_const[1]))
+    if key is not None:
+        if len(plan.memo) > MEMO_LIMIT:
+            plan.memo.clear()
+        plan.memo[key] = entry
+    return entry
+
+
+def _assemble(groups, bundles: list[Bundle], transfer, lay: Layout) -> StepCost:
+    kv = groups[0].kv if len(groups) == 1 else sum(g.kv for g in groups)
+    attn = kv[:, 0] + kv[:, 1]
+    if transfer is not None:
+        attn = attn + transfer
+    moe = bundles[0].moe_total
+    for b in bundles:
+        attn = attn + b.attn_total
+    for b in bundles[1:]:
+        moe = moe + b.moe_total
+    if attn.max() <= 0 and moe.max() <= 0:
+        return StepCost(0.0, {}, (0.0,) * lay.dp, {})
+    ra = int(attn.argmax())
+    a_t, i_t = kv[ra].tolist()
+    a_c = i_c = a_m = i_m = 0.0
+    for g in groups:
+        w = g.gp.weights
+        c, mm = g.tc[ra] @ w, g.tm[ra] @ w
+        a_c, i_c, a_m, i_m = a_c + c[0], i_c + c[1], a_m + mm[0], i_m + mm[1]
+    breakdown = {"attention": a_t}
+    bound = {"attention": "compute" if a_c > a_m else "memory"}
+    if any(g.gp.has_indexer for g in groups):
+        breakdown["indexer"] = i_t
+        bound["indexer"] = "compute" if i_c > i_m else "memory"
+    if transfer is not None:
+        breakdown["kv_transfer"] = float(transfer[ra])
+        bound["kv_transfer"] = "comm"
+    if len(bundles) == 1:
+        values, labels = bundles[0].rank_tail(ra)
+        breakdown.update(values)
+        bound.update(labels)
+    else:
+        _merge_bundles(bundles, ra, breakdown, bound)
+    total = sum(breakdown.values())
+    busy = np.minimum(attn + moe, total)
+    return StepCost(total, breakdown, tuple(busy.tolist()), bound)
+
+
+def _merge_bundles(bundles: list[Bundle], ra: int, breakdown: dict, bound: dict) -> None:
+    """Several layer groups (prefill): sum their components; compute/memory from the summed times,
+    the MoE components labelled by the all-token group."""
+    tc: dict[str, float] = {}
+    tm: dict[str, float] = {}
+    names: list[str] = []
+    for b in bundles:
+        for acc, part in zip((breakdown, tc, tm), b.rank_view(ra), strict=True):
+            for name, value in part.items():
+                if acc is breakdown and name not in breakdown:
+                    names.append(name)
+                acc[name] = acc.get(name, 0.0) + value
+    for n in names:
+        bound[n] = (
+            "comm" if n in COMM else ("compute" if tc.get(n, 0.0) > tm.get(n, 0.0) else "memory")
+        )
+    for b in bundles:
+        for name, value in b.crit_breakdown.items():
+            breakdown[name] = breakdown.get(name, 0.0) + value
+            bound.setdefault(name, b.crit_bound[name])

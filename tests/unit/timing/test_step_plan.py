@@ -1,0 +1,95 @@
+"""The fast step cost (step_plan.py) against the readable reference path (step_cost.py): same
+totals, breakdowns, per-rank busy times and bound labels, to rounding, over random batches of every
+hardware x preset x layout x phase, including idle ranks, pool transfers, given expert loads and
+multi-token decode steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rackserve.timing import RankBatch, StepBatch, TimingModel
+
+REL = 1e-9
+
+
+def _random_batch(rng, dp: int, phase: str, experts: int, kind: int) -> StepBatch:
+    ranks = []
+    for _ in range(dp):
+        n = int(rng.integers(0, 4)) if kind % 4 == 0 else int(rng.integers(1, 48))
+        if phase == "prefill":
+            n = min(n, 3)
+            new = rng.integers(1, 20_000, n)
+        elif kind % 5 == 3:
+            new = rng.integers(1, 5, n)  # speculative / chunked decode: not the single-token form
+        else:
+            new = np.ones(n, dtype=np.int64)
+        cached = rng.integers(0, 200_000, n)
+        hbm = int(rng.integers(0, 3)) * 777 if kind % 3 == 1 else 0
+        dram = int(rng.integers(0, 3)) * 555 if kind % 3 == 2 else 0
+        ranks.append(RankBatch(new, cached, hbm, dram))
+    load = None
+    if kind % 6 == 5:
+        load = rng.integers(0, 50, experts).astype(float)
+        load[rng.random(experts) < 0.3] = 0
+    return StepBatch(tuple(ranks), load)
+
+
+def _assert_same(fast, ref, label) -> None:
+    assert fast.total_s == pytest.approx(ref.total_s, rel=REL, abs=0), label
+    assert list(fast.breakdown) == list(ref.breakdown), label
+    for name, value in ref.breakdown.items():
+        assert fast.breakdown[name] == pytest.approx(value, rel=REL, abs=1e-18), (label, name)
+    assert fast.rank_busy_s == pytest.approx(ref.rank_busy_s, rel=REL, abs=1e-18), label
+    assert fast.bound == ref.bound, label
+
+
+@pytest.mark.parametrize("hardware", ["vr200", "gb300", "gb200", "h200"])
+@pytest.mark.parametrize("model", ["deepseek-v4.1-flash", "deepseek-v3"])
+def test_fast_path_matches_reference(hardware, model):
+    rng = np.random.default_rng(11)
+    for opt in ("baseline", "rubin-optimized", "rubin-optimized,-attn-overlap,-kv-gather-ahead"):
+        fast = TimingModel.create(hardware, model, opt)
+        ref = TimingModel.create(hardware, model, opt)  # own memo: nothing shared with `fast`
+        for name, ranks in (("dep2", None), ("tp8", None), ("wide-ep", 8), ("wide-ep", 72)):
+            lay = fast.layout(name, ranks)
+            for phase in ("prefill", "decode"):
+                for kind in range(8 if ranks != 72 else 3):
+                    batch = _random_batch(rng, lay.dp, phase, fast.model.moe.experts, kind)
+                    label = (hardware, model, opt, lay.key, phase, kind)
+                    a = fast.step_time(phase, lay, batch)
+                    _assert_same(a, ref.step_time_reference(phase, lay, batch), label)
+                    again = fast.step_time(phase, lay, batch)  # memo hit: same answer
+                    assert again == a, label
+
+
+def test_fast_path_decode_leap_and_estimate_match_reference(vr200):
+    ref = TimingModel.create("vr200", "deepseek-v4.1-flash", "rubin-optimized")
+    dep2, wide = vr200.layout("dep2"), vr200.layout("wide-ep", 8)
+    rng = np.random.default_rng(2)
+    batch = StepBatch(
+        tuple(RankBatch(np.ones(5, dtype=np.int64), rng.integers(0, 9000, 5)) for _ in range(8))
+    )
+    fast_leap = vr200.decode_leap(wide, batch, 9)
+    half = 4
+    mid = StepBatch(tuple(RankBatch(r.new_tokens, r.cached_tokens + half) for r in batch.ranks))
+    one = ref.step_time_reference("decode", wide, mid)
+    assert fast_leap.total_s == pytest.approx(9 * one.total_s, rel=REL)
+    base = ref.step_time_reference("prefill", dep2, StepBatch((RankBatch.of([16384]),) * 2))
+    more = ref.step_time_reference(
+        "prefill", dep2, StepBatch((RankBatch.of([16384, 700], [0, 3000]), RankBatch.of([16384])))
+    )
+    assert vr200.prefill_estimate_s(dep2, 700, 3000) == pytest.approx(
+        max(more.total_s - base.total_s, 0.0), rel=1e-6
+    )
+
+
+def test_layouts_equal_but_distinct_share_a_plan_and_unknown_phase_fails(vr200):
+    from rackserve.timing import make_layout
+
+    batch = StepBatch(tuple(RankBatch.of([1, 1], [100, 5000]) for _ in range(8)))
+    a = vr200.step_time("decode", vr200.layout("wide-ep", 8), batch)
+    b = vr200.step_time("decode", make_layout("wide-ep", 8), batch)
+    assert a == b
+    with pytest.raises(ValueError, match="phase"):
+        vr200.step_time("verify", make_layout("wide-ep", 8), batch)
