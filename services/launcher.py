@@ -24,6 +24,7 @@ import httpx
 from rackserve.config import Config, load_config
 from services.prometheus_server import PrometheusServer, cluster_targets, start_if_available
 from services.redis_server import RedisServer, free_port
+from services.router.limits import check_bind
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "scenarios" / "local.yaml"
 RAY_ENV = {
@@ -342,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         cfg = load_config(args.config)
+        check_bind(cfg.cluster, "rackserve up")
     except (OSError, ValueError) as exc:
         print(f"rackserve up: {exc}", file=sys.stderr)
         return 2

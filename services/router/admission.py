@@ -5,7 +5,8 @@ queue in front of them, and drain.
 - Up to `max_queued` more wait for a slot; one more gets 429 with `Retry-After`.
 - A request still waiting after `queue_timeout_s` (its queue deadline) gets 503.
 - `POST /admin/drain` stops admitting (new requests and /ready get 503) while running ones
-  finish; its reply says how many are still in flight and queued.
+  finish; its reply says how many are still in flight and queued. `GET /admin/drain` reads that
+  state, `DELETE /admin/drain` admits again.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class Admission:
         path, method = scope["path"], scope["method"]
         if path == "/admin/drain" and method == "POST":
             self.draining = True
+            await send_json(send, 200, self.state())
+        elif path == "/admin/drain" and method == "DELETE":
+            self.draining = False
             await send_json(send, 200, self.state())
         elif path == "/admin/drain" and method == "GET":
             await send_json(send, 200, self.state())
