@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from rackserve.routing.policy import PolicySettings, make_policy
 from rackserve.routing.router import Router
+from rackserve.routing.timing_cost import TimingCost
 from rackserve.routing.view import ClusterView, RankState, RequestView
 from rackserve.sched.scheduler import RankScheduler, SchedulerLimits
 from rackserve.sched.sequence import Sequence
@@ -37,6 +39,7 @@ from rackserve.workload.request import Request
 from rackserve.workload.source import ArrivalSource
 
 EMPTY_RANK = RankBatch.of([])
+_COSTS: weakref.WeakKeyDictionary[Any, dict[frozenset, TimingCost]] = weakref.WeakKeyDictionary()
 Progress = Callable[[int, int], None]  # (requests done, arrivals so far)
 
 
@@ -44,18 +47,16 @@ def make_layout(timing: Any, layout: str, gpus: int) -> Any:
     return timing.layout(layout, ranks=gpus) if layout == "wide-ep" else timing.layout(layout)
 
 
-class RouterCost:
-    """The timing model seen through routing's CostModel protocol (layouts named by string there)."""
-
-    def __init__(self, timing: Any) -> None:
-        self.timing = timing
-
-    def prefill_estimate_s(self, layout: Any, new_tokens: int, cached_tokens: int) -> float:
-        lay = self.timing.layout(layout) if isinstance(layout, str) else layout
-        return self.timing.prefill_estimate_s(lay, new_tokens, cached_tokens)
-
-    def kv_transfer_s(self, tokens: int, tier: str) -> float:
-        return self.timing.kv_transfer_s(tokens, tier)
+def router_cost(timing: Any, scenario: Scenario) -> TimingCost:
+    """The router's tabulated cost (rackserve.routing.TimingCost) for the scenario's layouts, shared
+    by every Simulator on the same timing model and layouts (tables take ~0.5 s per layout)."""
+    groups = [*scenario.config.deployment.decode, *scenario.config.deployment.prefill]
+    layouts = {g.layout: make_layout(timing, g.layout, g.gpus) for g in groups}
+    per_timing = _COSTS.setdefault(timing, {})
+    key = frozenset(layouts.items())
+    if key not in per_timing:
+        per_timing[key] = TimingCost(timing, layouts)
+    return per_timing[key]
 
 
 def _decode_rank_batch(seqs: int, context_tokens: int, extra: int) -> RankBatch:
@@ -87,7 +88,7 @@ class Simulator:
         self.queue = EventQueue()
         self.prefill = self._build("prefill", cfg.deployment.prefill)
         self.decode = self._build("decode", cfg.deployment.decode)
-        self.router = Router(make_policy(policy, PolicySettings(cost=RouterCost(timing), seed=cfg.routing.seed)))
+        self.router = Router(make_policy(policy, PolicySettings(cost=router_cost(timing, scenario), seed=cfg.routing.seed)))
         sim = scenario.sim
         block_bytes = sim.kv_bytes_per_token * self.block_tokens
         pool = pool_limits(cfg.pool.hbm_capacity_bytes, cfg.pool.dram_capacity_bytes,

@@ -18,6 +18,7 @@ import uvicorn
 from rackserve.config import Config, load_config
 from rackserve.metrics import ProcessMetrics
 from rackserve.routing.router import Router
+from rackserve.routing.timing_cost import TimingCost
 from rackserve.timing import TimingModel
 from services import kvevents
 from services._proto import (
@@ -31,7 +32,7 @@ from services.grpc_limits import SERVER_OPTIONS
 from services.router.app import FrontDoor, create_app
 from services.router.limits import check_bind, guard
 from services.router.orchestrator import Orchestrator
-from services.router.router_core import LayoutCost, RouterCore
+from services.router.router_core import RouterCore
 from services.router.worker_metrics import WorkerMetrics
 from services.topology import instances
 
@@ -96,7 +97,9 @@ async def wait_workers_ready(prefill: str, decode: str, flag: dict[str, bool]) -
 
 
 def build_core(cfg: Config, timing: TimingModel, metrics: ProcessMetrics) -> RouterCore:
-    cost = LayoutCost(timing)
+    cost = TimingCost.from_config(cfg, timing)
+    for spec in instances(cfg, "prefill"):  # tabulate now (~0.5 s a layout), not on the first request
+        cost.prefill_estimate_s(spec.layout, 1, 0)
     router = Router.from_config(cfg.routing, cost=cost)
     return RouterCore(
         instances(cfg, "prefill"),

@@ -19,7 +19,6 @@ from rackserve.metrics import ProcessMetrics, RankKey
 from rackserve.routing.cost import CostModel
 from rackserve.routing.router import Router
 from rackserve.routing.view import ClusterView, NoRankAvailable, RankState, RequestView
-from rackserve.timing import TimingModel
 from services.topology import InstanceSpec
 
 
@@ -32,19 +31,6 @@ class Route:
     decode_rank: int
     predicted_hit_tokens: int
     policy: str
-
-
-class LayoutCost:
-    """rackserve.routing's CostModel (layout by name) over the TimingModel (layout objects)."""
-
-    def __init__(self, timing: TimingModel) -> None:
-        self.timing = timing
-
-    def prefill_estimate_s(self, layout: str, new_tokens: int, cached_tokens: int) -> float:
-        return self.timing.prefill_estimate_s(self.timing.layout(layout), new_tokens, cached_tokens)
-
-    def kv_transfer_s(self, tokens: int, tier: str) -> float:
-        return self.timing.kv_transfer_s(tokens, tier)
 
 
 class RouterCore:
