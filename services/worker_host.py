@@ -82,6 +82,7 @@ def spawn_instance(
                 scheduling_strategy=strategy,
                 name=f"{spec.name}/{r}",
                 max_concurrency=1,
+                max_restarts=-1,  # a killed rank comes back (empty); the router migrates its work
             ).remote(cfg, spec.role, spec.name, r, redis_url, pool_addr, engram)
         )
     ray.get([a.ready.remote() for a in actors])

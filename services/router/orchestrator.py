@@ -13,6 +13,7 @@ import grpc
 
 from rackserve.kv.block_hash import block_hashes
 from services._proto import decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
+from services.router import migration
 from services.router.router_core import RouterCore
 
 
@@ -132,14 +133,22 @@ class Orchestrator:
             kv=reply.kv,
             sampling=params,
         )
+        failed = False
         with self.router.decode_in_flight(decision, len(prompt) + sampling.max_tokens):
             call = self._decode.Generate(request)
             try:
                 async for chunk in call:
                     self._account_chunk(trip, chunk)
                     yield list(chunk.token_ids)
+            except grpc.aio.AioRpcError as exc:  # the decode rank failed: continue elsewhere
+                if not migration.should_migrate(exc, trip.request_id):
+                    raise
+                failed = True
             finally:
                 call.cancel()
+        if failed:
+            async for tokens in migration.migrate(self, trip, prompt, sampling, decision):
+                yield tokens
 
     def _account_prefill(self, trip: Trip, reply: prefill_pb2.PrefillReply) -> None:
         trip.local_hit_tokens = reply.local_hit_tokens

@@ -102,6 +102,11 @@ class RouterCore:
             rank, route.predicted_hit_tokens, delivered_hit_tokens
         )
 
+    def mark_health(self, instance: str, rank: int, healthy: bool) -> None:
+        """Take a rank out of routing (False) or back in (True); see services/router/migration.py."""
+        with self._lock:
+            self._ranks[(instance, rank)] = replace(self._ranks[(instance, rank)], healthy=healthy)
+
     def _adjust(self, key: tuple[str, int], **delta: float) -> None:
         with self._lock:
             state = self._ranks[key]

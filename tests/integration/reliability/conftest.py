@@ -22,9 +22,12 @@ cluster: {prometheus: false}
 """
 
 
-def start_small_cluster(tmp: Path, **cluster: str) -> LauncherProcess:
+TWO_DECODE = TINY.replace("count: 1, ranks: 2", "count: 2, ranks: 2")
+
+
+def start_small_cluster(tmp: Path, yaml: str = TINY, **cluster: str) -> LauncherProcess:
     config = tmp / "tiny.yaml"
-    config.write_text(TINY)
+    config.write_text(yaml)
     env = {f"RACKSERVE_CLUSTER__{k.upper()}": v for k, v in cluster.items()}
     proc = LauncherProcess(
         launcher_command("--config", str(config), "--port", str(free_port())), env=env
@@ -44,5 +47,14 @@ def guarded_cluster(tmp_path_factory):
         queue_timeout_s="2",
         time_scale="20",
     )
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def fault_cluster(tmp_path_factory):
+    """Two 2-rank Wide-EP decode instances (somewhere to migrate to); 5 wall s per sim s so a
+    300-token stream lasts a few seconds."""
+    proc = start_small_cluster(tmp_path_factory.mktemp("fault"), TWO_DECODE, time_scale="5")
     yield proc
     proc.stop()

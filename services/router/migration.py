@@ -1,0 +1,66 @@
+"""Live migration of a request whose decode rank failed mid-stream.
+
+When a decode stream breaks (the rank's actor died, its step failed, the decode service is
+unreachable), the router takes the failed rank out of routing for a while and continues the
+request elsewhere: the prompt plus every token already sent to the client is prefilled again (its
+prompt blocks come back from the KV pool as hits; the generated tail is recomputed) and decoded on
+another rank for the tokens still owed. With greedy sampling the continuation is token-for-token
+what the failed rank would have produced, and the client sees one unbroken stream: the tokens it
+already has are never sent again and none are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import grpc
+
+if TYPE_CHECKING:
+    from services.router.orchestrator import Orchestrator, Sampling, Trip
+    from services.router.router_core import Route
+
+MAX_MIGRATIONS = 3  # per request; a request failing on more ranks than this gets the error
+QUARANTINE_S = 5.0  # a failed rank is routed to again after this (Ray restarts its actor)
+NOT_MIGRATED = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.CANCELLED})
+SUFFIX = "-mig"
+
+
+def should_migrate(exc: grpc.aio.AioRpcError, request_id: str) -> bool:
+    """A worker-side failure (not bad input, not our own cancel) within the migration budget."""
+    return exc.code() not in NOT_MIGRATED and request_id.count(SUFFIX) < MAX_MIGRATIONS
+
+
+def quarantine(orch: Orchestrator, route: Route) -> None:
+    """Mark the failed decode rank unhealthy now and healthy again after QUARANTINE_S."""
+    orch.router.mark_health(route.decode_instance, route.decode_rank, healthy=False)
+    asyncio.get_running_loop().call_later(
+        QUARANTINE_S, orch.router.mark_health, route.decode_instance, route.decode_rank, True
+    )
+
+
+async def migrate(
+    orch: Orchestrator, trip: Trip, prompt: list[int], sampling: Sampling, failed: Route
+) -> AsyncIterator[list[int]]:
+    """Continue `trip` on another decode rank; yields only tokens the client has not had."""
+    from services.router.orchestrator import Trip
+
+    quarantine(orch, failed)
+    sent = list(trip.output_ids)
+    remaining = sampling.max_tokens - len(sent)
+    if remaining <= 0:
+        trip.finish_reason = trip.finish_reason or "length"
+        return
+    sub = Trip(f"{trip.request_id}{SUFFIX}", len(prompt) + len(sent))
+    offset = trip.token_times_s[-1] if trip.token_times_s else trip.ttft_s
+    async for tokens in orch.generate(sub, prompt + sent, replace(sampling, max_tokens=remaining)):
+        new_times = sub.token_times_s[len(sub.token_times_s) - len(tokens) :]
+        trip.token_times_s.extend(offset + t for t in new_times)
+        trip.output_ids.extend(tokens)
+        trip.completion_tokens += len(tokens)
+        yield tokens
+    trip.finish_reason = sub.finish_reason
+    trip.decode = f"{trip.decode}->{sub.decode}"
+    trip.pacing_lag_s += sub.pacing_lag_s

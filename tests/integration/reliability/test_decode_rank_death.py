@@ -1,0 +1,82 @@
+"""A decode rank's Ray actor is killed mid-stream: the client's stream completes with no error,
+token-for-token equal to an undisturbed greedy run; Ray restarts the actor and the router routes
+to it again once its quarantine ends."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+import ray
+
+from services.router.migration import QUARANTINE_S
+
+pytestmark = pytest.mark.integration
+
+MODEL = "rackserve-moe-small"
+PROMPT = "The rack-scale twin keeps every token it has sent. " * 3
+BODY = {"model": MODEL, "prompt": PROMPT, "max_tokens": 300, "temperature": 0, "ignore_eos": True}
+KILL_AFTER_CHUNKS = 25
+KILLED: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def ray_driver(fault_cluster):
+    ray.init(address=fault_cluster.urls["ray"], log_to_driver=False, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+def rank_actor(name: str):
+    named = ray.util.list_named_actors(all_namespaces=True)
+    spaces = [a["namespace"] for a in named if a["name"] == name]
+    assert spaces, f"no actor {name} among {named}"
+    return ray.get_actor(name, namespace=spaces[0])
+
+
+def complete(base: str, body: dict) -> dict:
+    reply = httpx.post(f"{base}/v1/completions", json=body, timeout=300)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def stream_and_kill(base: str, victim) -> tuple[str, list[dict]]:
+    body = {**BODY, "stream": True, "stream_options": {"include_usage": True}}
+    events: list[dict] = []
+    with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=300) as reply:
+        assert reply.status_code == 200
+        for line in reply.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            events.append(json.loads(line[len("data: ") :]))
+            if len(events) == KILL_AFTER_CHUNKS:
+                ray.kill(victim, no_restart=False)
+    text = "".join(e["choices"][0]["text"] for e in events if e.get("choices"))
+    return text, events
+
+
+def test_stream_survives_decode_rank_death(fault_cluster, ray_driver) -> None:
+    base = fault_cluster.base_url
+    reference = complete(base, BODY)
+    rank = reference["rackserve"]["decode"]  # an idle cluster places the same request alike
+    victim = rank_actor(rank)
+    KILLED["rank"] = rank
+
+    text, events = stream_and_kill(base, victim)
+
+    assert not any("error" in e for e in events), [e for e in events if "error" in e]
+    last = [e for e in events if e.get("choices")][-1]
+    assert last["choices"][0]["finish_reason"] == "length"
+    assert last["rackserve"]["decode"].startswith(f"{rank}->"), last["rackserve"]["decode"]
+    assert events[-1]["usage"]["completion_tokens"] == BODY["max_tokens"]
+    assert text == reference["choices"][0]["text"]  # greedy: token-for-token, none lost or doubled
+
+
+def test_restarted_rank_is_routed_to_again(fault_cluster, ray_driver) -> None:
+    killed = KILLED["rank"]
+    time.sleep(QUARANTINE_S + 1)  # the quarantine ends; an idle cluster places on that rank again
+    again = complete(fault_cluster.base_url, {**BODY, "max_tokens": 40})
+    assert again["usage"]["completion_tokens"] == 40
+    assert again["rackserve"]["decode"] == killed  # served there, no migration: Ray restarted it
