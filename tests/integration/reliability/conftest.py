@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.redis_server import free_port
+from services.redis_server import RedisServer, free_port
 from tests.e2e.launcher_proc import LauncherProcess, launcher_command
 
 API_KEY = "sk-reliability-7f3a9c0e51"
@@ -54,7 +54,12 @@ def guarded_cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def fault_cluster(tmp_path_factory):
     """Two 2-rank Wide-EP decode instances (somewhere to migrate to); 5 wall s per sim s so a
-    300-token stream lasts a few seconds."""
-    proc = start_small_cluster(tmp_path_factory.mktemp("fault"), TWO_DECODE, time_scale="5")
+    300-token stream lasts a few seconds; an external Redis (`.redis`) the tests may restart."""
+    redis = RedisServer().start()  # the test's own, so it can restart it empty
+    proc = start_small_cluster(
+        tmp_path_factory.mktemp("fault"), TWO_DECODE, time_scale="5", redis_url=redis.url
+    )
+    proc.redis = redis
     yield proc
     proc.stop()
+    redis.stop()

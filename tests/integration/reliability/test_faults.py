@@ -1,6 +1,11 @@
-"""A decode rank's Ray actor is killed mid-stream: the client's stream completes with no error,
-token-for-token equal to an undisturbed greedy run; Ray restarts the actor and the router routes
-to it again once its quarantine ends."""
+"""Faults on a live cluster with real processes killed.
+
+- A decode rank's Ray actor is killed mid-stream: the client's stream completes with no error,
+  token-for-token equal to an undisturbed greedy run; Ray restarts the actor and the router routes
+  to it again once its quarantine ends.
+- Redis restarts empty: requests keep succeeding (as misses), the router's index takes the pool's
+  `cleared` events, and cache hits come back as the cache refills.
+"""
 
 from __future__ import annotations
 
@@ -80,3 +85,26 @@ def test_restarted_rank_is_routed_to_again(fault_cluster, ray_driver) -> None:
     again = complete(fault_cluster.base_url, {**BODY, "max_tokens": 40})
     assert again["usage"]["completion_tokens"] == 40
     assert again["rackserve"]["decode"] == killed  # served there, no migration: Ray restarted it
+
+
+def metric(base: str, name: str) -> float:
+    text = httpx.get(f"{base}/metrics", timeout=30).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_redis_restarting_empty_keeps_requests_succeeding(fault_cluster) -> None:
+    base = fault_cluster.base_url
+    body = {**BODY, "max_tokens": 8, "prompt": "Redis may restart empty at any time. " * 6}
+    before = complete(base, body)
+    cleared_before = metric(base, 'rackserve_router_kv_events_total{kind="cleared"}')
+    fault_cluster.redis.restart_empty()
+    after = [complete(base, body) for _ in range(3)]  # no error: misses at worst
+    assert all(a["choices"][0]["text"] == before["choices"][0]["text"] for a in after)
+    deadline = time.monotonic() + 30
+    while metric(base, 'rackserve_router_kv_events_total{kind="cleared"}') <= cleared_before:
+        assert time.monotonic() < deadline, "the router never saw the pool's `cleared` events"
+        time.sleep(0.2)
+    fresh = {**body, "prompt": "A prompt first seen after the restart, long enough. " * 6}
+    complete(base, fresh)
+    again = complete(base, fresh)
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0  # hits recover
