@@ -318,11 +318,19 @@ def _token_attention(
     hw, m, o = ctx.hw, ctx.model, ctx.opts
     split_k = o.split_k
     layers = lg.layers[gi]
-    for mat in m.attention.matrices:
-        _dense(ctx, "attn_proj", tokens, mat, lay.tp, split_k, layers, parts)
-    if m.indexer and lg.indexer_layers[gi]:
-        for mat in m.indexer.matrices:
-            _dense(ctx, "attn_proj", tokens, mat, lay.tp, split_k, lg.indexer_layers[gi], parts)
+    n, k, groups, times = _projections(ctx, lay.tp, lg, gi)
+    # dense attention weights are not in REFERENCE's domain-local list: interleaved over both domains
+    t, tc, tm = gemm_time(  # every projection at once: [matrices, ranks]
+        hw,
+        tokens[None, :],
+        n,
+        k,
+        weight_dtype=m.dense_dtype,
+        groups=groups,
+        cluster_split_k=split_k,
+        domain=domain_bw_factor(hw, False),
+    )
+    parts.add("attn_proj", (t * times).sum(0), (tc * times).sum(0), (tm * times).sum(0))
     if m.mhc:
         fused = o.fused_ar_mhc and lay.tp > 1
         passes = max(1, m.mhc.passes_per_sublayer - 2) if fused else m.mhc.passes_per_sublayer
@@ -339,34 +347,29 @@ def _token_attention(
         parts.add("all_reduce", ar, times=2 * layers)
 
 
-def _dense(
-    ctx: CostContext,
-    name: str,
-    tokens: np.ndarray,
-    mat,
-    tp: int,
-    split_k: bool,
-    layers: int,
-    parts: Parts,
-) -> None:
-    n, groups = mat.n, mat.groups
-    if mat.tp_split and tp > 1:
-        if groups >= tp:
-            groups //= tp
-        else:
-            n //= tp
-    # dense attention weights are not in REFERENCE's domain-local list: interleaved over both domains
-    t, tc, tm = gemm_time(
-        ctx.hw,
-        tokens,
-        n,
-        mat.k,
-        weight_dtype=ctx.model.dense_dtype,
-        groups=groups,
-        cluster_split_k=split_k,
-        domain=domain_bw_factor(ctx.hw, False),
-    )
-    parts.add(name, t, tc, tm, times=layers)
+def _projections(ctx: CostContext, tp: int, lg: LayerGroups, gi: int):
+    """(n, k, groups, layers) columns [matrices, 1] of the attention (and, where the group has
+    indexer layers, indexer) projections, each matrix's share of one rank under TP (cached)."""
+    key = ("projections", tp, lg.layers, gi, lg.indexer_layers)
+    hit = ctx.memo.get(key)
+    if hit is not None:
+        return hit
+    m = ctx.model
+    mats = [(mat, lg.layers[gi]) for mat in m.attention.matrices]
+    if m.indexer and lg.indexer_layers[gi]:
+        mats += [(mat, lg.indexer_layers[gi]) for mat in m.indexer.matrices]
+    rows = []
+    for mat, layers in mats:
+        n, groups = mat.n, mat.groups
+        if mat.tp_split and tp > 1:
+            if groups >= tp:
+                groups //= tp
+            else:
+                n //= tp
+        rows.append((n, mat.k, groups, layers))
+    cols = np.array(rows, dtype=np.int64).T[:, :, None]
+    hit = ctx.memo[key] = (cols[0], cols[1], cols[2], cols[3].astype(np.float64))
+    return hit
 
 
 def _moe_part(
@@ -384,46 +387,37 @@ def _moe_part(
     hw, m, o = ctx.hw, ctx.model, ctx.opts
     moe = m.moe
     split_k = o.split_k
+    # every rank, then the critical (busiest) one as one more column, split apart at the end
+    both = Parts(lay.dp + 1)
+    own = np.append(tokens, tokens.max())
     if lg.dense_layers[gi]:
         inter = moe.dense_intermediate // lay.tp
-        for p in (parts, crit):
-            src = tokens if p is parts else tokens.max(keepdims=True)
-            a = gemm_time(
-                hw, src, 2 * inter, m.hidden, weight_dtype=moe.shared_dtype, cluster_split_k=split_k
-            )
-            b = gemm_time(
-                hw, src, m.hidden, inter, weight_dtype=moe.shared_dtype, cluster_split_k=split_k
-            )
-            p.add("dense_mlp", a[0] + b[0], a[1] + b[1], a[2] + b[2], times=lg.dense_layers[gi])
+        t, tc, tm = _up_down(hw, own, inter, m.hidden, moe.shared_dtype, split_k)
+        both.add("dense_mlp", t, tc, tm, times=lg.dense_layers[gi])
     n_moe = lg.moe_layers[gi]
-    if n_moe == 0 or tokens.sum() == 0:
-        return
-    load = _expert_load(ctx, lay, tokens, tokens_full, expert_tokens)
-    ranks = slice(0, lay.dp)
-    _moe_rank(
-        ctx,
-        lay,
-        tokens,
-        load.recv[ranks],
-        load.active[ranks],
-        load.padded[ranks],
-        n_moe,
-        split_k,
-        parts,
+    if n_moe and tokens.sum() != 0:
+        load = _expert_load(ctx, lay, tokens, tokens_full, expert_tokens)
+        # the busiest EP rank's MoE work, with the largest own batch for its gate/shared expert/send side
+        pick = [*range(lay.dp), load.busiest]
+        recv, active, padded = load.recv[pick], load.active[pick], load.padded[pick]
+        _moe_rank(ctx, lay, own, recv, active, padded, n_moe, split_k, both)
+    for name, t in both.t.items():
+        tc, tm = both.tc.get(name), both.tm.get(name)
+        parts.add(name, t[:-1], None if tc is None else tc[:-1], None if tm is None else tm[:-1])
+        crit.add(name, t[-1:], None if tc is None else tc[-1:], None if tm is None else tm[-1:])
+
+
+def _up_down(hw: HardwareSpec, rows, inter: int, hidden: int, dtype: str, split_k: bool):
+    """A gated MLP's two GEMMs (gate+up: hidden -> 2 x inter, down: inter -> hidden), summed."""
+    t, tc, tm = gemm_time(
+        hw,
+        np.asarray(rows, dtype=np.float64)[None, :],
+        np.array([[2 * inter], [hidden]]),
+        np.array([[hidden], [inter]]),
+        weight_dtype=dtype,
+        cluster_split_k=split_k,
     )
-    b = [load.busiest]
-    # the busiest EP rank's MoE work, with the largest own batch for its gate/shared expert/send side
-    _moe_rank(
-        ctx,
-        lay,
-        tokens.max(keepdims=True),
-        load.recv[b],
-        load.active[b],
-        load.padded[b],
-        n_moe,
-        split_k,
-        crit,
-    )
+    return t.sum(0), tc.sum(0), tm.sum(0)
 
 
 @dataclass(frozen=True)
@@ -532,11 +526,7 @@ def _shared_expert(
     if moe.shared_experts == 0:
         return
     inter = moe.shared_experts * moe.intermediate // lay.tp
-    a = gemm_time(
-        hw, own, 2 * inter, m.hidden, weight_dtype=moe.shared_dtype, cluster_split_k=split_k
-    )
-    b = gemm_time(hw, own, m.hidden, inter, weight_dtype=moe.shared_dtype, cluster_split_k=split_k)
-    t, tc, tm = a[0] + b[0], a[1] + b[1], a[2] + b[2]
+    t, tc, tm = _up_down(hw, own, inter, m.hidden, moe.shared_dtype, split_k)
     if o.shared_in_routed:
         # packed into the routed GEMM: no own kernels, its tiles streamed by SMs the routed GEMM leaves idle
         wbytes = 3 * inter * m.hidden * hw.stored_bytes(moe.shared_dtype)

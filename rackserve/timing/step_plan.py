@@ -56,9 +56,8 @@ class GroupPlan:
     has_indexer: bool
     d_const: np.ndarray  # [2] per-kernel overhead + gather latency of a non-idle rank, @ weights
     d_const_list: tuple[float, float]
-    d_omo_weights: np.ndarray | None  # [2C, 3] (1 - overlap) x weights3; None when overlap is full
-    weights3: np.ndarray  # [2C, 3] weights and their row sums: (attention, indexer, both)
-    wide_weights: np.ndarray  # [4C, 4] blockdiag(weights, weights): compute/memory totals
+    d_omo: np.ndarray | None  # [2C] 1 - overlap; None when every kernel overlaps fully
+    d_out: np.ndarray  # [(2 or 3) x 2C, 7]: [max(tc, tm), (min(tc, tm)), tc, tm] -> 7 totals
 
 
 @dataclass(frozen=True)
@@ -137,9 +136,14 @@ def _group_plan(ctx: CostContext, lay: Layout, phase: str, gi: int) -> GroupPlan
     moves = (dmap[np.array(caps) > 0] > 0).any(axis=0)[2 * nc :]
     d_const = (hw.microarch.kernel_overhead_s * moves + gather) @ weights
     weights3 = np.column_stack([weights, weights.sum(axis=1)])
-    wide = np.zeros((4 * nc, 4))
+    wide = np.zeros((4 * nc, 4))  # blockdiag(weights, weights): compute, memory totals
     wide[: 2 * nc, :2] = weights
     wide[2 * nc :, 2:] = weights
+    blocks = [np.hstack([weights3, np.zeros((2 * nc, 4))])]
+    if omo.any():
+        blocks.append(np.hstack([omo[:, None] * weights3, np.zeros((2 * nc, 4))]))
+    blocks.append(np.hstack([np.zeros((4 * nc, 3)), wide]))
+    d_out = np.vstack(blocks)
     return GroupPlan(
         gi=gi,
         layers=lg.layers[gi],
@@ -156,9 +160,8 @@ def _group_plan(ctx: CostContext, lay: Layout, phase: str, gi: int) -> GroupPlan
         has_indexer=with_indexer,
         d_const=d_const,
         d_const_list=tuple(d_const.tolist()),
-        d_omo_weights=None if not omo.any() else omo[:, None] * weights3,
-        weights3=weights3,
-        wide_weights=wide,
+        d_omo=None if not omo.any() else omo,
+        d_out=d_out,
     )
 
 
@@ -300,33 +303,32 @@ def _decode_step(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer
     if not _all_ones(new, n):
         return None
     gp = plan.groups[0]
-    starts = list(accumulate(lens[:-1], initial=0))
-    idle = 0 in lens
-    if idle:
+    bundle, base, starts, active = _decode_entry(ctx, plan, lens, batch.expert_tokens)
+    if active is not None:  # idle ranks: a zero column keeps every segment start in range
         capped = np.zeros((gp.decode_caps.shape[0], n + 1))
         np.minimum(cached + 1.0, gp.decode_caps, out=capped[:, :n])
-        feats = np.add.reduceat(capped, starts, axis=1) * (np.array(lens) > 0)
+        feats = np.add.reduceat(capped, starts, axis=1) * active
     else:
         feats = np.add.reduceat(np.minimum(cached + 1.0, gp.decode_caps), starts, axis=1)
     x = feats.T @ gp.decode_map  # [R, 4C]: compute times, then memory times
     half = x.shape[1] >> 1
     tc, tm = x[:, :half], x[:, half:]
-    # [R, (attention, indexer, both)], launch and gather costs apart
-    kv = np.maximum(tc, tm) @ gp.weights3
-    if gp.d_omo_weights is not None:
-        kv = kv + np.minimum(tc, tm) @ gp.d_omo_weights
-    bundle, base = _decode_bundle(ctx, plan, lens, batch.expert_tokens)
-    attn = kv[:, 2] + base
+    blocks = (
+        (np.maximum(tc, tm), x) if gp.d_omo is None else (np.maximum(tc, tm), np.minimum(tc, tm), x)
+    )
+    # [R, (attention, indexer, both, attention compute, indexer compute, attention memory,
+    # indexer memory)], launch and gather costs apart
+    z = np.concatenate(blocks, axis=1) @ gp.d_out
+    attn = z[:, 2] + base
     transfer = _pool_transfer(ranks, kv_transfer)
     if transfer is not None:
         attn = attn + transfer
     ra = int(attn.argmax())
     if attn[ra] <= 0 and bundle.moe_total.max() <= 0:
         return StepCost(0.0, {}, (0.0,) * len(ranks), {})
-    a_t, i_t, _ = kv[ra].tolist()
+    a_t, i_t, _, a_c, i_c, a_m, i_m = z[ra].tolist()
     if lens[ra]:
         a_t, i_t = a_t + gp.d_const_list[0], i_t + gp.d_const_list[1]
-    a_c, i_c, a_m, i_m = (x[ra] @ gp.wide_weights).tolist()
     breakdown = {"attention": a_t}
     bound = {"attention": "compute" if a_c > a_m else "memory"}
     if gp.has_indexer:
@@ -343,12 +345,11 @@ def _decode_step(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer
     return StepCost(total, breakdown, tuple(busy), bound)
 
 
-def _decode_bundle(
-    ctx: CostContext, plan: StepPlan, lens: list[int], expert_tokens
-) -> tuple[Bundle, np.ndarray]:
-    """The token-count components of a decode step, a function of the sequences per rank alone
-    (with the expert-load model), memoized on them; with the per-rank attention-part base (those
-    components + the attention/indexer launch and gather costs of non-idle ranks)."""
+def _decode_entry(ctx: CostContext, plan: StepPlan, lens: list[int], expert_tokens):
+    """What a decode step needs that depends on the sequences per rank alone, memoized on them
+    (with the expert-load model): the token-count components (bundle), the per-rank attention-part
+    base (those + the attention/indexer launch and gather costs of non-idle ranks), the rank
+    segment starts and, where some rank is idle, the non-idle mask."""
     key = tuple(lens) if expert_tokens is None else None
     if key is not None:
         hit = plan.memo.get(key)
@@ -358,7 +359,9 @@ def _decode_bundle(
     lg = ctx.groups["decode"]
     bundle = _token_bundle(ctx, plan.layout, "decode", lg, 0, tokens, tokens, tokens, expert_tokens)
     gp = plan.groups[0]
-    entry = (bundle, bundle.attn_total + (tokens > 0) * (gp.d_const[0] + gp.d_const[1]))
+    base = bundle.attn_total + (tokens > 0) * (gp.d_const[0] + gp.d_const[1])
+    starts = np.array(list(accumulate(lens[:-1], initial=0)), dtype=np.intp)
+    entry = (bundle, base, starts, (tokens > 0) if 0 in lens else None)
     if key is not None:
         if len(plan.memo) > MEMO_LIMIT:
             plan.memo.clear()
