@@ -25,7 +25,7 @@ from rackserve.sim.simulator import Simulator
 from rackserve.timing.timing_model import TimingModel
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT.parent / "shared" / "data" / "mooncake_synthetic_trace.jsonl"
+TRACE = ROOT / "data" / "mooncake_synthetic_trace.jsonl"
 PEERS_PY = ROOT / ".venv-peers" / "bin" / "python"
 GOAL_MS = 0.1
 

@@ -1,5 +1,7 @@
 import dataclasses
 
+from pathlib import Path
+
 import pytest
 
 from rackserve.sim.metrics import ideal_hit_rate
@@ -9,7 +11,7 @@ from rackserve.workload.mooncake import read_trace, trace_requests
 from rackserve.workload.request import Request
 from rackserve.workload.source import ListSource
 
-TRACE = "/work/shared/data/mooncake_synthetic_trace.jsonl"
+TRACE = str(Path(__file__).resolve().parents[3] / "data" / "mooncake_synthetic_trace.jsonl")
 HUGE = 10**15
 
 

@@ -1,11 +1,13 @@
 import json
 
+from pathlib import Path
+
 import pytest
 
 from rackserve.kv.block_hash import block_hashes
 from rackserve.workload.mooncake import iter_prompt_tokens, parse_record, read_trace, trace_requests
 
-TRACE = "/work/shared/data/mooncake_synthetic_trace.jsonl"
+TRACE = str(Path(__file__).resolve().parents[3] / "data" / "mooncake_synthetic_trace.jsonl")
 
 
 def _line(**over):
