@@ -7,13 +7,16 @@ prompt blocks come back from the KV pool as hits; the generated tail is recomput
 another rank for the tokens still owed. With greedy sampling the continuation is token-for-token
 what the failed rank would have produced, and the client sees one unbroken stream: the tokens it
 already has are never sent again and none are skipped.
+
+A prefill rank that fails before the first token is quarantined the same way and the request is
+routed again from the start (the client has seen nothing yet).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING
 
 import grpc
@@ -33,12 +36,28 @@ def should_migrate(exc: grpc.aio.AioRpcError, request_id: str) -> bool:
     return exc.code() not in NOT_MIGRATED and request_id.count(SUFFIX) < MAX_MIGRATIONS
 
 
-def quarantine(orch: Orchestrator, route: Route) -> None:
-    """Mark the failed decode rank unhealthy now and healthy again after QUARANTINE_S."""
-    orch.router.mark_health(route.decode_instance, route.decode_rank, healthy=False)
+def quarantine(orch: Orchestrator, instance: str, rank: int) -> None:
+    """Mark a failed rank unhealthy now and healthy again after QUARANTINE_S."""
+    orch.router.mark_health(instance, rank, healthy=False)
     asyncio.get_running_loop().call_later(
-        QUARANTINE_S, orch.router.mark_health, route.decode_instance, route.decode_rank, True
+        QUARANTINE_S, orch.router.mark_health, instance, rank, True
     )
+
+
+async def reroute_prefill(
+    orch: Orchestrator, trip: Trip, prompt: list[int], sampling: Sampling, failed: Route
+) -> AsyncIterator[list[int]]:
+    """The prefill rank failed before any token was sent: run the request again elsewhere."""
+    from services.router.orchestrator import Trip
+
+    quarantine(orch, failed.prefill_instance, failed.prefill_rank)
+    sub = Trip(f"{trip.request_id}{SUFFIX}", len(prompt))
+    async for tokens in orch.generate(sub, prompt, sampling):
+        yield tokens
+    for f in fields(sub):
+        if f.name != "request_id":
+            setattr(trip, f.name, getattr(sub, f.name))
+    trip.prefill = f"{failed.prefill_instance}/{failed.prefill_rank}->{sub.prefill}"
 
 
 async def migrate(
@@ -47,7 +66,7 @@ async def migrate(
     """Continue `trip` on another decode rank; yields only tokens the client has not had."""
     from services.router.orchestrator import Trip
 
-    quarantine(orch, failed)
+    quarantine(orch, failed.decode_instance, failed.decode_rank)
     sent = list(trip.output_ids)
     remaining = sampling.max_tokens - len(sent)
     if remaining <= 0:

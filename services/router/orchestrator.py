@@ -106,15 +106,24 @@ class Orchestrator:
             ignore_eos=sampling.ignore_eos,
         )
         with self.router.prefill_in_flight(decision, len(prompt)):
-            reply = await self._prefill.Prefill(
-                prefill_pb2.PrefillRequest(
-                    request_id=trip.request_id,
-                    instance=decision.prefill_instance,
-                    dp_rank=decision.prefill_rank,
-                    token_ids=prompt,
-                    sampling=params,
+            try:
+                reply = await self._prefill.Prefill(
+                    prefill_pb2.PrefillRequest(
+                        request_id=trip.request_id,
+                        instance=decision.prefill_instance,
+                        dp_rank=decision.prefill_rank,
+                        token_ids=prompt,
+                        sampling=params,
+                    )
                 )
-            )
+            except grpc.aio.AioRpcError as exc:  # the prefill rank failed: route elsewhere
+                if not migration.should_migrate(exc, trip.request_id):
+                    raise
+                reply = None
+        if reply is None:
+            async for tokens in migration.reroute_prefill(self, trip, prompt, sampling, decision):
+                yield tokens
+            return
         self._account_prefill(trip, reply)
         self.router.record_delivery(decision, trip.cached_tokens)
         if reply.finish_reason or sampling.max_tokens == 1:  # the first token ends it: no decode

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import httpx
@@ -108,3 +109,26 @@ def test_redis_restarting_empty_keeps_requests_succeeding(fault_cluster) -> None
     complete(base, fresh)
     again = complete(base, fresh)
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0  # hits recover
+
+
+def test_prefill_rank_death_reroutes_its_requests(fault_cluster, ray_driver) -> None:
+    base = fault_cluster.base_url
+    probe = {**BODY, "max_tokens": 1, "prompt": "which prefill rank is first when idle? " * 3}
+    rank = complete(base, probe)["rackserve"]["prefill"]
+    long_prompt = "".join(f"prefill rank death {i:04d}. " for i in range(150))  # ~3.5k tokens
+    body = {**BODY, "max_tokens": 1, "prompt": long_prompt}
+    victim = rank_actor(rank)
+    done: dict[str, dict] = {}
+    worker = threading.Thread(target=lambda: done.setdefault("r", complete(base, body)))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{base}/admin/drain").json()["in_flight"] < 1:  # it is in prefill now
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    ray.kill(victim, no_restart=False)
+    worker.join(timeout=300)
+    reply = done["r"]
+    assert reply["rackserve"]["prefill"].startswith(f"{rank}->"), reply["rackserve"]
+    assert reply["usage"]["completion_tokens"] == 1
+    reference = complete(base, body)  # the same greedy first token, run undisturbed
+    assert reply["choices"][0]["text"] == reference["choices"][0]["text"]
