@@ -29,7 +29,8 @@ _NEW = attrgetter("new_tokens")
 _CACHED = attrgetter("cached_tokens")
 _HBM = attrgetter("pool_hbm_tokens")
 _DRAM = attrgetter("pool_dram_tokens")
-_ONES = b""  # int64 ones, grown on demand (see _all_ones)
+_ONES = b""  # int64 ones, grown on demand (see _grow_ones)
+_INT64 = np.dtype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -172,25 +173,28 @@ def _decode_features(gp: GroupPlan, cached: np.ndarray, n: int, starts, nonempty
     return np.add.reduceat(capped, starts, axis=1) * nonempty  # [F_d, R]
 
 
-def _linear(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    return (hi * (hi + 1.0) - lo * (lo + 1.0)) * 0.5
+def _linear(lo2: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """sum of p for p in (lo, hi], given lo2 = lo (lo + 1)."""
+    return (hi * (hi + 1.0) - lo2) * 0.5
 
 
-def _capped(lo: np.ndarray, hi: np.ndarray, div: float, cap: float) -> np.ndarray:
-    knee = np.clip(cap * div, lo, hi)
-    return _linear(lo, knee) / div + (hi - knee) * cap
+def _capped(lo: np.ndarray, lo2: np.ndarray, hi: np.ndarray, div: float, cap: float) -> np.ndarray:
+    """sum of min(p / div, cap) for p in (lo, hi] (the knee clipped into [lo, hi])."""
+    knee = np.minimum(np.maximum(lo, cap * div), hi)
+    return _linear(lo2, knee) / div + (hi - knee) * cap
 
 
 def _general_features(gp: GroupPlan, q: np.ndarray, end: np.ndarray, starts, nonempty):
     """Per-rank sums [W, L, Kr, capped per indexer code, tokens, seqs] for queries q ending at end."""
     n = q.size
     lo = end - q
+    lo2 = lo * (lo + 1.0)
     rows = np.zeros((5 + len(gp.indexer_ratios), n + 1))
-    rows[0, :n] = _capped(lo, end, 1.0, gp.window)
-    rows[1, :n] = _linear(lo, end)
+    rows[0, :n] = _capped(lo, lo2, end, 1.0, gp.window)
+    rows[1, :n] = _linear(lo2, end)
     rows[2, :n] = end * np.ceil(q / 128.0)
     for j, (ratio, top_k) in enumerate(gp.indexer_ratios):
-        rows[3 + j, :n] = _capped(lo, end, ratio, top_k)
+        rows[3 + j, :n] = _capped(lo, lo2, end, ratio, top_k)
     rows[-2, :n] = q
     rows[-1, :n] = q > 0
     return np.add.reduceat(rows, starts, axis=1) * nonempty  # [F_g + 2, R]
@@ -259,23 +263,19 @@ def fast_step_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transf
         )
         for g in groups
     ]
-    transfer = _pool_transfer(ranks, kv_transfer)
+    transfer = None
+    if any(map(_HBM, ranks)) or any(map(_DRAM, ranks)):
+        transfer = _pool_transfer(ranks, kv_transfer)
     return _assemble(groups, bundles, transfer, lay)
 
 
-def _all_ones(new: np.ndarray, n: int) -> bool:
-    """Every entry is 1 (a byte comparison against cached int64 ones; else two reductions)."""
+def _grow_ones(n: int) -> None:
+    """The int64 ones that single-token decode's new_tokens are compared with, byte for byte."""
     global _ONES
-    if new.dtype == np.int64 and new.flags.c_contiguous:
-        if len(_ONES) < 8 * n:
-            _ONES = np.ones(2 * n, dtype=np.int64).tobytes()
-        return new.tobytes() == _ONES[: 8 * n]
-    return np.minimum.reduce(new) == 1 and np.maximum.reduce(new) == 1
+    _ONES = np.ones(2 * n, dtype=np.int64).tobytes()
 
 
-def _pool_transfer(ranks, kv_transfer) -> np.ndarray | None:
-    if not (any(map(_HBM, ranks)) or any(map(_DRAM, ranks))):
-        return None
+def _pool_transfer(ranks, kv_transfer) -> np.ndarray:
     return np.array(
         [
             kv_transfer(rb.pool_hbm_tokens, "pool_hbm")
@@ -300,10 +300,18 @@ def _decode_step(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer
         new, cached = both[:n], both[n:]
     else:
         new, cached = news[0], ranks[0].cached_tokens
-    if not _all_ones(new, n):
+    if new.dtype == _INT64 and new.flags.c_contiguous:
+        if len(_ONES) < 8 * n:
+            _grow_ones(n)
+        if new.tobytes() != _ONES[: 8 * n]:
+            return None
+    elif np.minimum.reduce(new) != 1 or np.maximum.reduce(new) != 1:
         return None
     gp = plan.groups[0]
-    bundle, base, starts, active = _decode_entry(ctx, plan, lens, batch.expert_tokens)
+    entry = plan.memo.get(tuple(lens)) if batch.expert_tokens is None else None
+    if entry is None:
+        entry = _decode_entry(ctx, plan, lens, batch.expert_tokens)
+    bundle, base, starts, active = entry
     if active is not None:  # idle ranks: a zero column keeps every segment start in range
         capped = np.zeros((gp.decode_caps.shape[0], n + 1))
         np.minimum(cached + 1.0, gp.decode_caps, out=capped[:, :n])
@@ -320,8 +328,9 @@ def _decode_step(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer
     # indexer memory)], launch and gather costs apart
     z = np.concatenate(blocks, axis=1) @ gp.d_out
     attn = z[:, 2] + base
-    transfer = _pool_transfer(ranks, kv_transfer)
-    if transfer is not None:
+    transfer = None
+    if any(map(_HBM, ranks)) or any(map(_DRAM, ranks)):
+        transfer = _pool_transfer(ranks, kv_transfer)
         attn = attn + transfer
     ra = int(attn.argmax())
     if attn[ra] <= 0 and bundle.moe_total.max() <= 0:
@@ -329,17 +338,21 @@ def _decode_step(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer
     a_t, i_t, _, a_c, i_c, a_m, i_m = z[ra].tolist()
     if lens[ra]:
         a_t, i_t = a_t + gp.d_const_list[0], i_t + gp.d_const_list[1]
-    breakdown = {"attention": a_t}
-    bound = {"attention": "compute" if a_c > a_m else "memory"}
-    if gp.has_indexer:
-        breakdown["indexer"] = i_t
-        bound["indexer"] = "compute" if i_c > i_m else "memory"
-    if transfer is not None:
-        breakdown["kv_transfer"] = float(transfer[ra])
-        bound["kv_transfer"] = "comm"
     values, labels = bundle.rank_tail(ra)
-    breakdown.update(values)
-    bound.update(labels)
+    a_b = "compute" if a_c > a_m else "memory"
+    if gp.has_indexer and transfer is None:  # the common case, as dict displays
+        breakdown = {"attention": a_t, "indexer": i_t, **values}
+        bound = {"attention": a_b, "indexer": "compute" if i_c > i_m else "memory", **labels}
+    else:
+        breakdown, bound = {"attention": a_t}, {"attention": a_b}
+        if gp.has_indexer:
+            breakdown["indexer"] = i_t
+            bound["indexer"] = "compute" if i_c > i_m else "memory"
+        if transfer is not None:
+            breakdown["kv_transfer"] = float(transfer[ra])
+            bound["kv_transfer"] = "comm"
+        breakdown.update(values)
+        bound.update(labels)
     total = sum(breakdown.values())
     busy = np.minimum(attn + bundle.moe_total, total).tolist()
     return StepCost(total, breakdown, tuple(busy), bound)
@@ -347,14 +360,10 @@ def _decode_step(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer
 
 def _decode_entry(ctx: CostContext, plan: StepPlan, lens: list[int], expert_tokens):
     """What a decode step needs that depends on the sequences per rank alone, memoized on them
-    (with the expert-load model): the token-count components (bundle), the per-rank attention-part
+    by the caller's lookup (with the expert-load model): the token-count components (bundle), the per-rank attention-part
     base (those + the attention/indexer launch and gather costs of non-idle ranks), the rank
     segment starts and, where some rank is idle, the non-idle mask."""
     key = tuple(lens) if expert_tokens is None else None
-    if key is not None:
-        hit = plan.memo.get(key)
-        if hit is not None:
-            return hit
     tokens = np.array(lens, dtype=np.float64)
     lg = ctx.groups["decode"]
     bundle = _token_bundle(ctx, plan.layout, "decode", lg, 0, tokens, tokens, tokens, expert_tokens)
@@ -396,34 +405,36 @@ def _assemble(groups, bundles: list[Bundle], transfer, lay: Layout) -> StepCost:
     if transfer is not None:
         breakdown["kv_transfer"] = float(transfer[ra])
         bound["kv_transfer"] = "comm"
-    if len(bundles) == 1:
-        values, labels = bundles[0].rank_tail(ra)
-        breakdown.update(values)
-        bound.update(labels)
-    else:
-        _merge_bundles(bundles, ra, breakdown, bound)
+    values, labels = bundles[0].rank_tail(ra) if len(bundles) == 1 else _merged_tail(bundles, ra)
+    breakdown.update(values)
+    bound.update(labels)
     total = sum(breakdown.values())
     busy = np.minimum(attn + moe, total)
     return StepCost(total, breakdown, tuple(busy.tolist()), bound)
 
 
-def _merge_bundles(bundles: list[Bundle], ra: int, breakdown: dict, bound: dict) -> None:
-    """Several layer groups (prefill): sum their components; compute/memory from the summed times,
-    the MoE components labelled by the all-token group."""
+def _merged_tail(bundles: list[Bundle], ra: int) -> tuple[dict[str, float], dict[str, str]]:
+    """Several layer groups (prefill): their components summed at rank ra, compute/memory from the
+    summed times, the MoE components labelled by the all-token group. Cached on the first bundle
+    (keyed by the others' ids, which the cached entry holds, so an id is never reused for it)."""
+    key = ("merged", ra, *map(id, bundles[1:]))
+    hit = bundles[0]._rank_views.get(key)
+    if hit is not None:
+        return hit[1], hit[2]
+    values: dict[str, float] = {}
     tc: dict[str, float] = {}
     tm: dict[str, float] = {}
-    names: list[str] = []
     for b in bundles:
-        for acc, part in zip((breakdown, tc, tm), b.rank_view(ra), strict=True):
+        for acc, part in zip((values, tc, tm), b.rank_view(ra), strict=True):
             for name, value in part.items():
-                if acc is breakdown and name not in breakdown:
-                    names.append(name)
                 acc[name] = acc.get(name, 0.0) + value
-    for n in names:
-        bound[n] = (
-            "comm" if n in COMM else ("compute" if tc.get(n, 0.0) > tm.get(n, 0.0) else "memory")
-        )
+    labels = {
+        n: "comm" if n in COMM else ("compute" if tc.get(n, 0.0) > tm.get(n, 0.0) else "memory")
+        for n in values
+    }
     for b in bundles:
         for name, value in b.crit_breakdown.items():
-            breakdown[name] = breakdown.get(name, 0.0) + value
-            bound.setdefault(name, b.crit_bound[name])
+            values[name] = values.get(name, 0.0) + value
+            labels.setdefault(name, b.crit_bound[name])
+    bundles[0]._rank_views[key] = (bundles[1:], values, labels)
+    return values, labels
