@@ -100,9 +100,9 @@ step "stream ok: $streamed"
 
 if [ -f "${TRACE:-../shared/data/mooncake_synthetic_trace.jsonl}" ]; then
   step "rackserve bench: 8 trace requests at 4 req/s, prompts scaled to 2%"
-  "$HERE/engine.sh" exec .venv/bin/rackserve bench --url http://127.0.0.1:8000 \
+  "$HERE/engine.sh" exec timeout 300 .venv/bin/rackserve bench --url http://127.0.0.1:8000 \
     --trace "${TRACE:-../shared/data/mooncake_synthetic_trace.jsonl}" --num-prompts 8 \
-    --length-scale 0.02 --request-rate 4 --no-progress | tail -25
+    --length-scale 0.02 --request-rate 4 --no-progress
   step "bench done"
 fi
 
