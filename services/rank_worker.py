@@ -149,8 +149,13 @@ class RankWorker:
         pool_hbm = pool_dram = 0
         for out in result.outputs:
             seq = self._seqs[out.request_id]
-            new.append(out.num_computed_tokens)
-            cached.append(seq.context)
+            computed = out.num_computed_tokens
+            # The target's decode rank gets the prompt's whole KV (partial last block too) and
+            # computes one token a step; the twin moves full blocks only and recomputes the tail
+            # in its first step, which the target does not: charge what the target computes.
+            charged = 1 if self.role != "prefill" and computed > 1 else computed
+            new.append(charged)
+            cached.append(seq.context + computed - charged)
             if not seq.charged:  # pooled KV is fetched during the request's first step
                 pool_hbm, pool_dram, seq.charged = (
                     pool_hbm + seq.pool_hbm,

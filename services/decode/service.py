@@ -83,17 +83,22 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
                 if emitted is None:  # the instance's step failed
                     await context.abort(grpc.StatusCode.INTERNAL, f"{done.instance}: {done.error}")
                 since = done.sim_now_s - stream.submitted_sim_s + transfer
+                # The target's decode rank samples token 1 in its first step (recomputing the
+                # prompt's tail), so token k lands at the end of decode step k; the twin got token 1
+                # from its prefill and samples token k+1 in step k, so each of its tokens is
+                # reported one step (priced as the step just run) later. TTFT = queue + prefill +
+                # transfer + first decode step, as in the simulator.
                 if first:
                     yield decode_pb2.TokenChunk(
                         token_ids=[request.first_token],
                         kv_load_sim_s=transfer,
-                        sim_time_s=since - done.step_s,
+                        sim_time_s=since,
                     )
                     first = False
                 finished = emitted.finish_reason is not None
                 yield decode_pb2.TokenChunk(
                     token_ids=[emitted.token] if emitted.token is not None else [],
-                    sim_time_s=since,
+                    sim_time_s=since + done.step_s,
                     finish_reason=emitted.finish_reason or "",
                     pacing_lag_s=done.lag_s,
                 )
