@@ -131,6 +131,7 @@ class ClusterSection(Section):
     max_in_flight: int = Field(256, gt=0, description="front-door requests served at once")
     max_queued: int = Field(1024, ge=0, description="requests waiting for a slot; more get 429")
     queue_timeout_s: float = Field(30.0, gt=0, description="longest wait for a slot, then 503")
+    worker_timeout_s: float = Field(120.0, gt=0, description="prefill call deadline; then re-route")
 
 
 class Config(Section):

@@ -119,7 +119,12 @@ async def serve(args: argparse.Namespace) -> None:
     core = build_core(cfg, timing, metrics)
     metrics.front_door.time_scale.set(cfg.cluster.time_scale)
     orchestrator = Orchestrator(
-        core, args.prefill, args.decode, cfg.engine.model_id, cfg.engine.block_size
+        core,
+        args.prefill,
+        args.decode,
+        cfg.engine.model_id,
+        cfg.engine.block_size,
+        cfg.cluster.worker_timeout_s,
     )
     flag = {"ready": False}
     workers = WorkerMetrics(args.worker_metrics or [])

@@ -76,7 +76,9 @@ class Orchestrator:
         decode_addr: str,
         model_id: str,
         block_size: int,
+        worker_timeout_s: float | None = None,
     ) -> None:
+        self.worker_timeout_s = worker_timeout_s  # a hung prefill rank: DEADLINE_EXCEEDED, re-route
         self.router = router
         self.model_id = model_id
         self.block_size = block_size
@@ -114,7 +116,8 @@ class Orchestrator:
                         dp_rank=decision.prefill_rank,
                         token_ids=prompt,
                         sampling=params,
-                    )
+                    ),
+                    timeout=self.worker_timeout_s,
                 )
             except grpc.aio.AioRpcError as exc:  # the prefill rank failed: route elsewhere
                 if not migration.should_migrate(exc, trip.request_id):

@@ -54,10 +54,14 @@ def guarded_cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def fault_cluster(tmp_path_factory):
     """Two 2-rank Wide-EP decode instances (somewhere to migrate to); 5 wall s per sim s so a
-    300-token stream lasts a few seconds; an external Redis (`.redis`) the tests may restart."""
+    300-token stream lasts a few seconds; a hung prefill call times out after 8 s; an external Redis (`.redis`) the tests may restart."""
     redis = RedisServer().start()  # the test's own, so it can restart it empty
     proc = start_small_cluster(
-        tmp_path_factory.mktemp("fault"), TWO_DECODE, time_scale="5", redis_url=redis.url
+        tmp_path_factory.mktemp("fault"),
+        TWO_DECODE,
+        time_scale="5",
+        redis_url=redis.url,
+        worker_timeout_s="8",
     )
     proc.redis = redis
     yield proc

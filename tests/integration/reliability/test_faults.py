@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -190,3 +192,18 @@ def test_restarted_router_rebuilds_its_index_and_dies_cleanly(fault_cluster) -> 
         router.kill()
         router.wait()
     assert complete(base, {**BODY, "max_tokens": 3})["usage"]["completion_tokens"] == 3
+
+
+def test_hung_prefill_rank_times_out_and_is_rerouted(fault_cluster, ray_driver) -> None:
+    base = fault_cluster.base_url
+    probe = {**BODY, "max_tokens": 1, "prompt": "which prefill rank is idle first, again? " * 3}
+    rank = complete(base, probe)["rackserve"]["prefill"]
+    pid = ray.get(rank_actor(rank).__ray_call__.remote(lambda _self: os.getpid()))
+    os.kill(pid, signal.SIGSTOP)  # the rank hangs: alive, but answers nothing
+    try:
+        body = {**BODY, "max_tokens": 4, "prompt": "sent while a prefill rank hangs. " * 3}
+        reply = complete(base, body)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert reply["rackserve"]["prefill"].startswith(f"{rank}->"), reply["rackserve"]
+    assert reply["usage"]["completion_tokens"] == 4
