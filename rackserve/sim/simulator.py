@@ -279,12 +279,18 @@ class Simulator:
             return []
         steps = min(sched.decode_steps_to_next_finish() for sched in active)
         mid = (steps - 1) // 2  # context grows one token per step: charge the middle step
-        batch = StepBatch(tuple(_decode_rank_batch(n, ctx, mid) for n, ctx in loads))
-        cost = self.timing.step_time("decode", inst.layout, batch)
+        cost = self._decode_cost(inst.layout, loads, mid)
         self._versions[idx] += 1
         inst.busy = True
         self._leaps[idx] = Leap(now, steps, cost.total_s, cost, self._versions[idx], joined)
         return [DecodeLeapEnd(now + steps * cost.total_s, idx, self._versions[idx])]
+
+    def _decode_cost(self, layout: Any, loads: list[tuple[int, int]], extra: int) -> Any:
+        fast = getattr(self.timing, "decode_step_time", None)  # CachedTiming: no batch arrays
+        if fast is not None:
+            return fast(layout, loads, extra)
+        batch = StepBatch(tuple(_decode_rank_batch(n, ctx, extra) for n, ctx in loads))
+        return self.timing.step_time("decode", layout, batch)
 
     def on_decode_leap_end(self, now: float, idx: int, version: int) -> list[Event]:
         leap = self._leaps[idx]

@@ -78,13 +78,29 @@ class CachedTiming:
             cost = self._steps[key] = self.timing.step_time(phase, layout, rep)
         return cost
 
+    def decode_step_time(self, layout: Any, loads: list[tuple[int, int]], extra: int) -> StepCost:
+        """step_time("decode", layout, batch) for ranks given as (sequences, context tokens), each
+        sequence `extra` tokens further along, without building the batch (same key, same cost)."""
+        self.calls += 1
+        counts = [n for n, _ in loads]
+        sig = self._decode_sig(counts, [float(ctx + n * extra) if n else 0.0 for n, ctx in loads])
+        key = ("decode", getattr(layout, "key", layout), sig)
+        cost = self._steps.get(key)
+        if cost is None:
+            self.misses += 1
+            cost = self._steps[key] = self.timing.step_time("decode", layout, _decode_representative(*sig))
+        return cost
+
     def _decode_signature(self, batch: StepBatch) -> tuple[int, int, int, int, int]:
         """Decode ranks are interchangeable in lockstep: (ranks, active ranks, sequences in all,
         on the busiest rank, mean context), so the memo stays small for wide-EP instances."""
-        counts = [rb.num_seqs for rb in batch.ranks]
+        return self._decode_sig([rb.num_seqs for rb in batch.ranks],
+                                [float(rb.cached_tokens.sum()) for rb in batch.ranks])
+
+    def _decode_sig(self, counts: list[int], context: list[float]) -> tuple[int, int, int, int, int]:
         active = sum(1 for c in counts if c)
         total = sum(counts)
-        ctx = sum(float(rb.cached_tokens.sum()) for rb in batch.ranks) / total if total else 0.0
+        ctx = sum(context) / total if total else 0.0
         g = self.grid
         return (len(counts), active, g(total), g(max(counts)), g(ctx))
 
