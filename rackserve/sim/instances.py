@@ -33,12 +33,17 @@ class Instance:
 
     def account(self, cost: StepCost, steps: int) -> None:
         """Charge `steps` identical steps of `cost` to the instance and each rank."""
-        self.stepping_s += cost.total_s * steps
+        total = cost.total_s
+        self.stepping_s += total * steps
         self.steps += steps
-        for r in range(len(self.ranks)):
-            busy = cost.rank_busy_s[r] if r < len(cost.rank_busy_s) else 0.0
-            self.rank_busy_s[r] += busy * steps
-            self.rank_idle_s[r] += cost.rank_idle_s(r) * steps if r < len(cost.rank_busy_s) else cost.total_s * steps
+        busy_s, idle_s, priced = self.rank_busy_s, self.rank_idle_s, cost.rank_busy_s
+        for r in range(len(busy_s)):
+            if r < len(priced):
+                busy = priced[r]
+                busy_s[r] += busy * steps
+                idle_s[r] += max(0.0, total - busy) * steps  # StepCost.rank_idle_s(r)
+            else:  # a rank the cost does not list is idle the whole step
+                idle_s[r] += total * steps
 
 
 @dataclass(eq=False)
