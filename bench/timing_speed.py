@@ -1,7 +1,7 @@
 """How fast is one step_time call? The simulator calls it millions of times (goal: <= 20 us for a
 typical decode batch).
 
-    .venv/bin/python bench/timing_speed.py
+    .venv/bin/python bench/timing_speed.py [OUT.json]   (default bench/results/timing_speed.json)
 
 Per case: a pool of pre-built batches (fresh context lengths each, so nothing is reused by object),
 cycled through; the median (and best) of 7 repeats of CPU time per call (the host is shared, so wall
@@ -68,6 +68,16 @@ def per_call_cold_us(make_fn, pool: list, repeats: int = 7) -> tuple[float, floa
             fn(b)
         runs.append((time.process_time() - t) / (len(pool) - 1) * 1e6)
     return statistics.median(runs), min(runs)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
 
 
 def numpy_unit_us(n: int = 200_000) -> float:
@@ -170,11 +180,13 @@ def main() -> None:
         "load_average_1_5_15_after": os.getloadavg(),
         "numpy_unit_us_before_after": [unit_before, unit_after],
         "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model(),
         "goal_us": GOAL_US,
         "goal_met": typical_us <= GOAL_US,
         "rows": rows,
     }
-    (ROOT / "bench/results/timing_speed.json").write_text(json.dumps(out, indent=1))
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "bench/results/timing_speed.json"
+    target.write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

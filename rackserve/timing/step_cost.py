@@ -53,11 +53,19 @@ class Parts:
         self.zero = np.zeros(ranks)
 
     def add(self, name: str, t, tc=None, tm=None, times: float = 1.0) -> None:
-        self.t[name] = self.t.get(name, self.zero) + np.asarray(t) * times
-        if tc is not None:
-            self.tc[name] = self.tc.get(name, self.zero) + np.asarray(tc) * times
-        if tm is not None:
-            self.tm[name] = self.tm.get(name, self.zero) + np.asarray(tm) * times
+        for acc, value in ((self.t, t), (self.tc, tc), (self.tm, tm)):
+            if value is None:
+                continue
+            value = np.asarray(value, dtype=np.float64)
+            if times != 1.0:
+                value = value * times
+            prev = acc.get(name)
+            if prev is not None:
+                acc[name] = prev + value
+            elif value.shape == self.zero.shape:  # a first add is the value itself (0 + x == x)
+                acc[name] = value
+            else:
+                acc[name] = value + self.zero
 
     def merge(self, other: Parts) -> None:
         for name, t in other.t.items():
