@@ -82,6 +82,12 @@ def create_app(door: FrontDoor) -> FastAPI:
             body = await door.merge_metrics(body)
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    @app.get("/v1/rackserve/info")
+    async def info() -> dict:
+        """The twin's clock for clients (`rackserve bench`): wall seconds per simulated second."""
+        scale = door.metrics.registry.get_sample_value("rackserve_time_scale") or 0.0
+        return {"model": door.model_id, "time_scale": scale, "max_context": door.max_context}
+
     @app.get("/v1/models")
     async def models() -> dict:
         card = {
