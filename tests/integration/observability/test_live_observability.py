@@ -188,3 +188,13 @@ def test_ctrl_c_prints_the_partial_summary(bench_run, tmp_path):
     assert "interrupted" in err, err[-2000:]
     completed = int(re.search(r"Successful requests:\s+(\d+)", out).group(1))
     assert 1 <= completed < 400
+
+
+def test_info_endpoint_gives_the_clock_bench_converts_with(bench_run, prometheus):
+    info = httpx.get(f"{bench_run['url']}/v1/rackserve/info", timeout=10.0).json()
+    q = "max(rackserve_time_scale)"
+    assert info["time_scale"] == pytest.approx(
+        float(_poll(prometheus, [q], 30.0)[q][0]["value"][1])
+    )
+    result = json.loads((bench_run["dir"] / "result.json").read_text())
+    assert result["time_scale"] == pytest.approx(info["time_scale"]) and info["time_scale"] > 0
