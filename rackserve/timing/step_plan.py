@@ -68,7 +68,7 @@ class StepPlan:
     layout: Layout
     phase: str
     groups: tuple[GroupPlan, ...]
-    # decode: (bundle, attention-part base) per tuple of sequences per rank
+    # decode: _decode_entry's tuple per tuple of sequences per rank
     memo: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -166,13 +166,6 @@ def _group_plan(ctx: CostContext, lay: Layout, phase: str, gi: int) -> GroupPlan
     )
 
 
-def _decode_features(gp: GroupPlan, cached: np.ndarray, n: int, starts, nonempty):
-    """Single-token decode: per-rank sums of min(e, cap) for each cap, e = cached + 1."""
-    capped = np.zeros((gp.decode_caps.shape[0], n + 1))
-    np.minimum(cached + 1.0, gp.decode_caps, out=capped[:, :n])
-    return np.add.reduceat(capped, starts, axis=1) * nonempty  # [F_d, R]
-
-
 def _linear(lo2: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """sum of p for p in (lo, hi], given lo2 = lo (lo + 1)."""
     return (hi * (hi + 1.0) - lo2) * 0.5
@@ -237,24 +230,17 @@ def fast_step_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transf
         if len(news) > 1
         else ranks[0].cached_tokens
     )
-    n = new.size
     starts = np.cumsum(counts) - counts
     nonempty = counts > 0
+    # not the single-token decode form: general sums over each sequence's positions, per group
     groups = []
-    if plan.phase == "decode" and n and not (new != 1).any():
-        gp = plan.groups[0]
-        seqs = counts.astype(np.float64)
-        feats = _decode_features(gp, cached, n, starts, nonempty)
-        kv, tc, tm = _kv_times(gp, feats, gp.decode_map, seqs)
-        groups.append(_Group(gp, kv, tc, tm, seqs, seqs))
-    else:
-        end = (cached + new).astype(np.float64)
-        q_full = new.astype(np.float64)
-        for gp in plan.groups:
-            q = q_full if gp.tail == 0 else np.minimum(q_full, gp.tail)
-            f = _general_features(gp, q, end, starts, nonempty)
-            kv, tc, tm = _kv_times(gp, f[:-2], gp.general_map, f[-1])
-            groups.append(_Group(gp, kv, tc, tm, f[-2], f[-1]))
+    end = (cached + new).astype(np.float64)
+    q_full = new.astype(np.float64)
+    for gp in plan.groups:
+        q = q_full if gp.tail == 0 else np.minimum(q_full, gp.tail)
+        f = _general_features(gp, q, end, starts, nonempty)
+        kv, tc, tm = _kv_times(gp, f[:-2], gp.general_map, f[-1])
+        groups.append(_Group(gp, kv, tc, tm, f[-2], f[-1]))
     tokens_full = groups[0].tokens
     lg = ctx.groups[plan.phase]
     bundles = [
@@ -333,7 +319,8 @@ def _decode_step(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer
         transfer = _pool_transfer(ranks, kv_transfer)
         attn = attn + transfer
     ra = int(attn.argmax())
-    if attn[ra] <= 0 and bundle.moe_total.max() <= 0:
+    # a rank with sequences always has some attention-part time (its projections stream weights)
+    if not lens[ra] and attn[ra] <= 0 and bundle.moe_total.max() <= 0:
         return StepCost(0.0, {}, (0.0,) * len(ranks), {})
     a_t, i_t, _, a_c, i_c, a_m, i_m = z[ra].tolist()
     if lens[ra]:
