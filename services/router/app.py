@@ -184,7 +184,7 @@ def _prepare(
             "max_tokens",
             "context_length_exceeded",
         )
-    seed = body.seed if body.seed is not None else 0
+    seed = body.seed % 2**64 if body.seed is not None else 0  # int64 seeds -> the uint64 field
     sampling = Sampling(max_tokens, body.temperature, body.top_p, seed, body.ignore_eos)
     return Prepared(prompt, sampling, body.stop_strings())
 

@@ -107,3 +107,13 @@ def test_unknown_model_on_chat_is_404(live_cluster) -> None:
 def test_unknown_path_is_404_and_wrong_method_405(live_cluster) -> None:
     error_of(httpx.get(f"{live_cluster.base_url}/v1/nothing"), 404)
     error_of(httpx.get(f"{live_cluster.base_url}/v1/completions"), 405)
+
+
+@pytest.mark.parametrize(("seed", "status"), [(-440, 200), (2**64 - 1, 200), (2**64, 400)])
+def test_seed_range(live_cluster, seed: int, status: int) -> None:
+    """Found by the schemathesis fuzz: a negative seed was a 500 (the gRPC field is uint64)."""
+    body = {"model": MODEL, "prompt": "seeded", "max_tokens": 2, "seed": seed}
+    reply = httpx.post(f"{live_cluster.base_url}/v1/completions", json=body, timeout=60)
+    assert reply.status_code == status, reply.text
+    if status == 400:
+        assert reply.json()["error"]["param"] == "seed"

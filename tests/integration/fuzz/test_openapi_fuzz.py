@@ -57,7 +57,7 @@ def _fuzz(operation, base: str, seen: dict[int, int]) -> None:
     )
     @given(case=operation.as_strategy())
     def run(case: schemathesis.Case) -> None:
-        response = _fast(case).call_and_validate(base_url=base, checks=CHECKS)
+        response = _fast(case).call_and_validate(base_url=base, checks=CHECKS, timeout=120)
         seen[response.status_code] = seen.get(response.status_code, 0) + 1
 
     run()
