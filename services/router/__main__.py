@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import signal
 import threading
+import time
 
 import grpc
 import redis
@@ -78,6 +79,9 @@ def follow_kv_events(core: RouterCore, redis_url: str, stop: threading.Event) ->
         if events:
             core.apply_events(events, len(reader.gaps) - gaps)
             gaps = len(reader.gaps)
+            # Event lag: Redis stamps each stream entry id with its XADD time in ms ("ms-seq").
+            added_s = int(reader.last_id.split("-")[0]) / 1000.0
+            core.metrics.router.event_lag.observe(max(0.0, time.time() - added_s))
 
 
 async def wait_workers_ready(prefill: str, decode: str, flag: dict[str, bool]) -> None:
