@@ -93,6 +93,63 @@ def test_restarted_rank_is_routed_to_again(fault_cluster, ray_driver) -> None:
     assert again["rackserve"]["decode"] == killed  # served there, no migration: Ray restarted it
 
 
+def start_router(cluster, http_port: int) -> subprocess.Popen:
+    """A second router process on the cluster's workers and Redis, as a restarted one would be."""
+    config = cluster.args[cluster.args.index("--config") + 1]
+    urls = cluster.urls
+    command = [sys.executable, "-m", "services.router", "--config", config]
+    command += ["--http-port", str(http_port), "--grpc-port", str(free_port())]
+    command += ["--prefill", urls["prefill (gRPC)"], "--decode", urls["decode (gRPC)"]]
+    command += ["--redis-url", urls["redis"]]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_ready(base: str, router: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert router.poll() is None, "the restarted router exited"
+        try:
+            if httpx.get(f"{base}/ready", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("the restarted router never became ready")
+
+
+def test_restarted_router_rebuilds_its_index_and_dies_cleanly(fault_cluster) -> None:
+    # runs before the Redis restart below: after Redis loses the stream, a new router can only
+    # replay what was published since (the old one still remembers the older HBM blocks)
+    base = fault_cluster.base_url
+    complete(base, {**BODY, "max_tokens": 2, "prompt": "seen before the restart. " * 8})
+    blocks = metric(base, "rackserve_router_index_blocks")
+    assert blocks > 0
+    port = free_port()
+    router = start_router(fault_cluster, port)
+    try:
+        new = f"http://127.0.0.1:{port}"
+        wait_ready(new, router)
+        deadline = time.monotonic() + 30
+        while metric(new, "rackserve_router_index_blocks") != blocks:  # replayed from the stream
+            assert time.monotonic() < deadline, (
+                metric(new, "rackserve_router_index_blocks"),
+                blocks,
+            )
+            time.sleep(0.2)
+        assert complete(new, {**BODY, "max_tokens": 3})["usage"]["completion_tokens"] == 3
+        body = {**BODY, "stream": True}
+        with pytest.raises(httpx.HTTPError) as info:
+            with httpx.stream("POST", f"{new}/v1/completions", json=body, timeout=30) as reply:
+                for i, _ in enumerate(reply.iter_lines()):
+                    if i == 10:
+                        router.kill()  # SIGKILL mid-stream
+        assert not isinstance(info.value, httpx.TimeoutException)  # a clean error, not a hang
+    finally:
+        router.kill()
+        router.wait()
+    assert complete(base, {**BODY, "max_tokens": 3})["usage"]["completion_tokens"] == 3
+
+
 def metric(base: str, name: str) -> float:
     text = httpx.get(f"{base}/metrics", timeout=30).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
@@ -137,61 +194,6 @@ def test_prefill_rank_death_reroutes_its_requests(fault_cluster, ray_driver) -> 
     assert reply["usage"]["completion_tokens"] == 1
     reference = complete(base, body)  # the same greedy first token, run undisturbed
     assert reply["choices"][0]["text"] == reference["choices"][0]["text"]
-
-
-def start_router(cluster, http_port: int) -> subprocess.Popen:
-    """A second router process on the cluster's workers and Redis, as a restarted one would be."""
-    config = cluster.args[cluster.args.index("--config") + 1]
-    urls = cluster.urls
-    command = [sys.executable, "-m", "services.router", "--config", config]
-    command += ["--http-port", str(http_port), "--grpc-port", str(free_port())]
-    command += ["--prefill", urls["prefill (gRPC)"], "--decode", urls["decode (gRPC)"]]
-    command += ["--redis-url", urls["redis"]]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def wait_ready(base: str, router: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert router.poll() is None, "the restarted router exited"
-        try:
-            if httpx.get(f"{base}/ready", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("the restarted router never became ready")
-
-
-def test_restarted_router_rebuilds_its_index_and_dies_cleanly(fault_cluster) -> None:
-    base = fault_cluster.base_url
-    complete(base, {**BODY, "max_tokens": 2, "prompt": "seen before the restart. " * 8})
-    blocks = metric(base, "rackserve_router_index_blocks")
-    assert blocks > 0
-    port = free_port()
-    router = start_router(fault_cluster, port)
-    try:
-        new = f"http://127.0.0.1:{port}"
-        wait_ready(new, router)
-        deadline = time.monotonic() + 30
-        while metric(new, "rackserve_router_index_blocks") != blocks:  # replayed from the stream
-            assert time.monotonic() < deadline, (
-                metric(new, "rackserve_router_index_blocks"),
-                blocks,
-            )
-            time.sleep(0.2)
-        assert complete(new, {**BODY, "max_tokens": 3})["usage"]["completion_tokens"] == 3
-        body = {**BODY, "stream": True}
-        with pytest.raises(httpx.HTTPError) as info:
-            with httpx.stream("POST", f"{new}/v1/completions", json=body, timeout=30) as reply:
-                for i, _ in enumerate(reply.iter_lines()):
-                    if i == 10:
-                        router.kill()  # SIGKILL mid-stream
-        assert not isinstance(info.value, httpx.TimeoutException)  # a clean error, not a hang
-    finally:
-        router.kill()
-        router.wait()
-    assert complete(base, {**BODY, "max_tokens": 3})["usage"]["completion_tokens"] == 3
 
 
 def test_hung_prefill_rank_times_out_and_is_rerouted(fault_cluster, ray_driver) -> None:
