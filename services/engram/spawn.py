@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from services.child_process import stop_child
 from services.ready_line import read_ready
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,13 +44,7 @@ class ShardProcesses:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         for proc in self.procs:
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if proc.stdout:
-                proc.stdout.close()
+            stop_child(proc, timeout_s)
         self.procs = []
 
     def __enter__(self) -> ShardProcesses:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
+from services.child_process import stop_child
 from services.ready_line import read_ready
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,16 +38,7 @@ class PoolProcess:
         if self.proc is None:
             return None
         proc, self.proc = self.proc, None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
-        if proc.stdout:
-            proc.stdout.close()
-        return code
+        return stop_child(proc, timeout_s)
 
     def __enter__(self) -> PoolProcess:
         return self.start()
