@@ -132,6 +132,7 @@ class ClusterSection(Section):
     max_queued: int = Field(1024, ge=0, description="requests waiting for a slot; more get 429")
     queue_timeout_s: float = Field(30.0, gt=0, description="longest wait for a slot, then 503")
     worker_timeout_s: float = Field(120.0, gt=0, description="prefill call deadline; then re-route")
+    decode_chunk_timeout_s: float = Field(60.0, gt=0, description="longest wait for a decode chunk; then migrate")
 
 
 class Config(Section):

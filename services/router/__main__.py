@@ -129,6 +129,7 @@ async def serve(args: argparse.Namespace) -> None:
         cfg.engine.model_id,
         cfg.engine.block_size,
         cfg.cluster.worker_timeout_s,
+        cfg.cluster.decode_chunk_timeout_s,
     )
     flag = {"ready": False}
     workers = WorkerMetrics(args.worker_metrics or [])

@@ -33,7 +33,12 @@ SUFFIX = "-mig"
 
 def should_migrate(exc: grpc.aio.AioRpcError, request_id: str) -> bool:
     """A worker-side failure (not bad input, not our own cancel) within the migration budget."""
-    return exc.code() not in NOT_MIGRATED and request_id.count(SUFFIX) < MAX_MIGRATIONS
+    return exc.code() not in NOT_MIGRATED and within_budget(request_id)
+
+
+def within_budget(request_id: str) -> bool:
+    """The request has been migrated fewer than MAX_MIGRATIONS times."""
+    return request_id.count(SUFFIX) < MAX_MIGRATIONS
 
 
 def quarantine(orch: Orchestrator, instance: str, rank: int) -> None:
@@ -61,12 +66,22 @@ async def reroute_prefill(
 
 
 async def migrate(
-    orch: Orchestrator, trip: Trip, prompt: list[int], sampling: Sampling, failed: Route
+    orch: Orchestrator,
+    trip: Trip,
+    prompt: list[int],
+    sampling: Sampling,
+    failed: Route,
+    hung: bool = False,
 ) -> AsyncIterator[list[int]]:
-    """Continue `trip` on another decode rank; yields only tokens the client has not had."""
+    """Continue `trip` on another decode rank; yields only tokens the client has not had.
+
+    A hung rank (no chunk within the deadline) stalls its whole instance (its steps are
+    lockstep), so every rank of that instance is quarantined; a failed one only itself."""
     from services.router.orchestrator import Trip
 
-    quarantine(orch, failed.decode_instance, failed.decode_rank)
+    ranks = orch.router.ranks_of(failed.decode_instance) if hung else [failed.decode_rank]
+    for rank in ranks:
+        quarantine(orch, failed.decode_instance, rank)
     sent = list(trip.output_ids)
     remaining = sampling.max_tokens - len(sent)
     if remaining <= 0:

@@ -6,6 +6,7 @@ them and fills a `Trip` with where the request went and its simulated latencies.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -77,7 +78,9 @@ class Orchestrator:
         model_id: str,
         block_size: int,
         worker_timeout_s: float | None = None,
+        decode_chunk_timeout_s: float | None = None,
     ) -> None:
+        self.decode_chunk_timeout_s = decode_chunk_timeout_s  # a hung decode rank: migrate
         self.worker_timeout_s = worker_timeout_s  # a hung prefill rank: DEADLINE_EXCEEDED, re-route
         self.router = router
         self.model_id = model_id
@@ -145,22 +148,30 @@ class Orchestrator:
             kv=reply.kv,
             sampling=params,
         )
-        failed = False
+        failed = hung = False
         with self.router.decode_in_flight(decision, len(prompt) + sampling.max_tokens):
             call = self._decode.Generate(request)
             try:
-                async for chunk in call:
+                while (chunk := await self._next_chunk(call)) is not grpc.aio.EOF:
                     self._account_chunk(trip, chunk)
                     yield list(chunk.token_ids)
             except grpc.aio.AioRpcError as exc:  # the decode rank failed: continue elsewhere
                 if not migration.should_migrate(exc, trip.request_id):
                     raise
                 failed = True
+            except TimeoutError:  # the decode rank hangs: cancel, continue elsewhere
+                if not migration.within_budget(trip.request_id):
+                    raise
+                failed = hung = True
             finally:
                 call.cancel()
         if failed:
-            async for tokens in migration.migrate(self, trip, prompt, sampling, decision):
+            async for tokens in migration.migrate(self, trip, prompt, sampling, decision, hung):
                 yield tokens
+
+    async def _next_chunk(self, call: grpc.aio.UnaryStreamCall) -> decode_pb2.TokenChunk:
+        """The stream's next chunk or EOF; TimeoutError after `decode_chunk_timeout_s` of silence."""
+        return await asyncio.wait_for(call.read(), self.decode_chunk_timeout_s)
 
     def _account_prefill(self, trip: Trip, reply: prefill_pb2.PrefillReply) -> None:
         trip.local_hit_tokens = reply.local_hit_tokens

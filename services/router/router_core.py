@@ -107,6 +107,10 @@ class RouterCore:
         with self._lock:
             self._ranks[(instance, rank)] = replace(self._ranks[(instance, rank)], healthy=healthy)
 
+    def ranks_of(self, instance: str) -> list[int]:
+        """The DP ranks of `instance` known to routing."""
+        return sorted(rank for name, rank in self._ranks if name == instance)
+
     def _adjust(self, key: tuple[str, int], **delta: float) -> None:
         with self._lock:
             state = self._ranks[key]

@@ -54,7 +54,7 @@ def guarded_cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def fault_cluster(tmp_path_factory):
     """Two 2-rank Wide-EP decode instances (somewhere to migrate to); 5 wall s per sim s so a
-    300-token stream lasts a few seconds; a hung prefill call times out after 8 s; an external Redis (`.redis`) the tests may restart."""
+    300-token stream lasts a few seconds; a hung prefill call times out after 8 s, a decode stream silent for 5 s migrates; an external Redis (`.redis`) the tests may restart."""
     redis = RedisServer().start()  # the test's own, so it can restart it empty
     proc = start_small_cluster(
         tmp_path_factory.mktemp("fault"),
@@ -62,6 +62,7 @@ def fault_cluster(tmp_path_factory):
         time_scale="5",
         redis_url=redis.url,
         worker_timeout_s="8",
+        decode_chunk_timeout_s="5",
     )
     proc.redis = redis
     yield proc

@@ -53,7 +53,7 @@ def complete(base: str, body: dict) -> dict:
     return reply.json()
 
 
-def stream_and_kill(base: str, victim) -> tuple[str, list[dict]]:
+def stream_and_kill(base: str, victim, hit=None) -> tuple[str, list[dict]]:
     body = {**BODY, "stream": True, "stream_options": {"include_usage": True}}
     events: list[dict] = []
     with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=300) as reply:
@@ -63,7 +63,7 @@ def stream_and_kill(base: str, victim) -> tuple[str, list[dict]]:
                 continue
             events.append(json.loads(line[len("data: ") :]))
             if len(events) == KILL_AFTER_CHUNKS:
-                ray.kill(victim, no_restart=False)
+                hit() if hit else ray.kill(victim, no_restart=False)
     text = "".join(e["choices"][0]["text"] for e in events if e.get("choices"))
     return text, events
 
@@ -209,3 +209,21 @@ def test_hung_prefill_rank_times_out_and_is_rerouted(fault_cluster, ray_driver) 
         os.kill(pid, signal.SIGCONT)
     assert reply["rackserve"]["prefill"].startswith(f"{rank}->"), reply["rackserve"]
     assert reply["usage"]["completion_tokens"] == 4
+
+
+def test_hung_decode_rank_times_out_and_its_stream_migrates(fault_cluster, ray_driver) -> None:
+    base = fault_cluster.base_url
+    reference = complete(base, BODY)
+    rank = reference["rackserve"]["decode"]
+    pid = ray.get(rank_actor(rank).__ray_call__.remote(lambda _self: os.getpid()))
+    try:  # the rank hangs mid-stream: alive, but no chunk comes within the chunk deadline
+        text, events = stream_and_kill(base, None, hit=lambda: os.kill(pid, signal.SIGSTOP))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert not any("error" in e for e in events), [e for e in events if "error" in e]
+    last = [e for e in events if e.get("choices")][-1]
+    assert last["rackserve"]["decode"].startswith(f"{rank}->"), last["rackserve"]["decode"]
+    sibling = rank.rsplit("/", 1)[0]  # its instance stalls with it: the stream left the instance
+    assert not last["rackserve"]["decode"].split("->")[-1].startswith(f"{sibling}/")
+    assert events[-1]["usage"]["completion_tokens"] == BODY["max_tokens"]
+    assert text == reference["choices"][0]["text"]  # greedy: token-for-token, none lost or doubled
