@@ -133,6 +133,7 @@ class ClusterSection(Section):
     queue_timeout_s: float = Field(30.0, gt=0, description="longest wait for a slot, then 503")
     worker_timeout_s: float = Field(120.0, gt=0, description="prefill call deadline; then re-route")
     decode_chunk_timeout_s: float = Field(60.0, gt=0, description="longest wait for a decode chunk; then migrate")
+    health_interval_s: float = Field(1.0, gt=0, description="router's worker health probe period")
 
 
 class Config(Section):

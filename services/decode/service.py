@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from rackserve.timing import TimingModel
+from services import rank_probe
 from services._proto import decode_pb2, decode_pb2_grpc, prefill_pb2
 from services.instance_loop import InstanceLoop, StepDone
 from services.prefill.service import call_actor, check_target, sampling_dict
@@ -115,4 +116,8 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
     async def Health(
         self, request: prefill_pb2.WorkerHealthRequest, context: grpc.aio.ServicerContext
     ) -> prefill_pb2.WorkerHealthReply:
-        return prefill_pb2.WorkerHealthReply(ready=True, instances=list(self.specs))
+        return prefill_pb2.WorkerHealthReply(
+            ready=True,
+            instances=list(self.specs),
+            unresponsive=await rank_probe.unresponsive(self.actors),
+        )

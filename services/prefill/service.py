@@ -10,6 +10,7 @@ import grpc
 import ray
 
 from rackserve.metrics import ProcessMetrics, RankKey
+from services import rank_probe
 from services._proto import prefill_pb2, prefill_pb2_grpc
 from services.instance_loop import InstanceLoop, StepDone
 from services.rank_worker import Admitted
@@ -152,4 +153,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
     async def Health(
         self, request: prefill_pb2.WorkerHealthRequest, context: grpc.aio.ServicerContext
     ) -> prefill_pb2.WorkerHealthReply:
-        return prefill_pb2.WorkerHealthReply(ready=True, instances=list(self.specs))
+        return prefill_pb2.WorkerHealthReply(
+            ready=True,
+            instances=list(self.specs),
+            unresponsive=await rank_probe.unresponsive(self.actors),
+        )

@@ -30,6 +30,7 @@ from services._proto import (
     router_pb2_grpc,
 )
 from services.grpc_limits import SERVER_OPTIONS
+from services.rank_probe import PROBE_TIMEOUT_S
 from services.router.app import FrontDoor, create_app
 from services.router.limits import check_bind, guard
 from services.router.orchestrator import Orchestrator
@@ -84,20 +85,26 @@ def follow_kv_events(core: RouterCore, redis_url: str, stop: threading.Event) ->
             core.metrics.router.event_lag.observe(max(0.0, time.time() - added_s))
 
 
-async def wait_workers_ready(prefill: str, decode: str, flag: dict[str, bool]) -> None:
-    """Poll the workers' Health; the front door's /ready reflects whether both are ready."""
+async def wait_workers_ready(
+    prefill: str, decode: str, flag: dict[str, bool], core: RouterCore, interval_s: float
+) -> None:
+    """Poll the workers' Health; the front door's /ready reflects whether both are ready, and
+    routing leaves out the ranks each worker's probe found unresponsive (services/rank_probe.py)."""
     stubs = ((prefill_pb2_grpc.PrefillStub, prefill), (decode_pb2_grpc.DecodeStub, decode))
     while True:
         ok = True
         for stub, addr in stubs:
             async with grpc.aio.insecure_channel(addr) as channel:
                 try:
-                    reply = await stub(channel).Health(prefill_pb2.WorkerHealthRequest(), timeout=2)
+                    reply = await stub(channel).Health(
+                        prefill_pb2.WorkerHealthRequest(), timeout=PROBE_TIMEOUT_S + 3
+                    )
                     ok = ok and reply.ready
+                    core.apply_probe(list(reply.instances), set(reply.unresponsive))
                 except grpc.aio.AioRpcError:
                     ok = False
         flag["ready"] = ok
-        await asyncio.sleep(2.0 if ok else 0.2)
+        await asyncio.sleep(interval_s if ok else 0.2)
 
 
 def build_core(cfg: Config, timing: TimingModel, metrics: ProcessMetrics) -> RouterCore:
@@ -150,7 +157,9 @@ async def serve(args: argparse.Namespace) -> None:
         target=follow_kv_events, args=(core, args.redis_url, stop), daemon=True
     )
     follower.start()
-    watcher = asyncio.create_task(wait_workers_ready(args.prefill, args.decode, flag))
+    watcher = asyncio.create_task(wait_workers_ready(
+            args.prefill, args.decode, flag, core, cfg.cluster.health_interval_s
+        ))
     http = uvicorn.Server(
         uvicorn.Config(
             guard(create_app(door), cfg.cluster),

@@ -82,6 +82,11 @@ def create_app(door: FrontDoor) -> FastAPI:
             body = await door.merge_metrics(body)
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    @app.get("/admin/ranks")
+    async def ranks() -> dict:
+        """Every rank's routing health: out while a probe, a failure or a drain holds it out."""
+        return {"ranks": door.orchestrator.router.rank_health()}
+
     @app.get("/v1/rackserve/info")
     async def info() -> dict:
         """The twin's clock for clients (`rackserve bench`): wall seconds per simulated second."""

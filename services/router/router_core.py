@@ -50,6 +50,7 @@ class RouterCore:
         self.block_size = block_size
         self.cost = cost
         self._lock = threading.Lock()
+        self._down: dict[tuple[str, int], set[str]] = {}  # why a rank is out of routing
         self._ranks: dict[tuple[str, int], RankState] = {}
         for spec in [*prefill, *decode]:
             for r in range(spec.dp_ranks):
@@ -102,10 +103,37 @@ class RouterCore:
             rank, route.predicted_hit_tokens, delivered_hit_tokens
         )
 
-    def mark_health(self, instance: str, rank: int, healthy: bool) -> None:
-        """Take a rank out of routing (False) or back in (True); see services/router/migration.py."""
+    def mark_health(self, instance: str, rank: int, healthy: bool, reason: str = "failed") -> None:
+        """Take a rank out of routing (False) or back in (True) for `reason` ("failed": see
+        services/router/migration.py; "probe": the health probe); it is routed to when no reason
+        holds it out."""
+        key = (instance, rank)
         with self._lock:
-            self._ranks[(instance, rank)] = replace(self._ranks[(instance, rank)], healthy=healthy)
+            reasons = self._down.setdefault(key, set())
+            if healthy:
+                reasons.discard(reason)
+            else:
+                reasons.add(reason)
+            self._ranks[key] = replace(self._ranks[key], healthy=not reasons)
+
+    def apply_probe(self, instances: list[str], unresponsive: set[str]) -> None:
+        """A worker's Health reply: its ranks listed in `unresponsive` are out, the rest in."""
+        for name, rank in [key for key in self._ranks if key[0] in instances]:
+            self.mark_health(name, rank, f"{name}/{rank}" not in unresponsive, reason="probe")
+
+    def rank_health(self) -> list[dict]:
+        """Every rank's routing health and the reasons holding it out (for /admin/ranks)."""
+        with self._lock:
+            return [
+                {
+                    "instance": s.instance,
+                    "rank": s.dp_rank,
+                    "role": s.role,
+                    "healthy": s.healthy,
+                    "down": sorted(self._down.get((s.instance, s.dp_rank), ())),
+                }
+                for s in self._ranks.values()
+            ]
 
     def ranks_of(self, instance: str) -> list[int]:
         """The DP ranks of `instance` known to routing."""

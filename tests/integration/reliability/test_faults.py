@@ -227,3 +227,35 @@ def test_hung_decode_rank_times_out_and_its_stream_migrates(fault_cluster, ray_d
     assert not last["rackserve"]["decode"].split("->")[-1].startswith(f"{sibling}/")
     assert events[-1]["usage"]["completion_tokens"] == BODY["max_tokens"]
     assert text == reference["choices"][0]["text"]  # greedy: token-for-token, none lost or doubled
+
+
+def rank_health(base: str) -> dict[str, dict]:
+    ranks = httpx.get(f"{base}/admin/ranks", timeout=30).json()["ranks"]
+    return {f"{r['instance']}/{r['rank']}": r for r in ranks}
+
+
+def wait_health(base: str, rank: str, healthy: bool) -> dict:
+    deadline = time.monotonic() + 60
+    while (state := rank_health(base)[rank])["healthy"] != healthy:
+        assert time.monotonic() < deadline, state
+        time.sleep(0.2)
+    return state
+
+
+def test_health_probe_excludes_a_stopped_rank_until_it_recovers(fault_cluster, ray_driver) -> None:
+    base = fault_cluster.base_url
+    for name in rank_health(base):  # earlier tests' quarantines are over
+        wait_health(base, name, True)
+    short = {**BODY, "max_tokens": 8}
+    rank = complete(base, short)["rackserve"]["decode"]  # an idle cluster places it here
+    pid = ray.get(rank_actor(rank).__ray_call__.remote(lambda _self: os.getpid()))
+    os.kill(pid, signal.SIGSTOP)  # idle and stopped: no request notices, only the probe can
+    try:
+        assert wait_health(base, rank, False)["down"] == ["probe"]
+        elsewhere = complete(base, short)
+        assert "->" not in elsewhere["rackserve"]["decode"]  # routed away, not migrated
+        assert elsewhere["rackserve"]["decode"] != rank
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert wait_health(base, rank, True)["down"] == []
+    assert complete(base, short)["rackserve"]["decode"] == rank  # routed to again
