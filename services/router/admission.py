@@ -6,7 +6,8 @@ queue in front of them, and drain.
 - A request still waiting after `queue_timeout_s` (its queue deadline) gets 503.
 - `POST /admin/drain` stops admitting (new requests and /ready get 503) while running ones
   finish; its reply says how many are still in flight and queued. `GET /admin/drain` reads that
-  state, `DELETE /admin/drain` admits again.
+  state, `DELETE /admin/drain` admits again. With `?instance=NAME` these act on one worker
+  instance instead and are served by the app (services/router/app.py).
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ class Admission:
             await self.app(scope, receive, send)
             return
         path, method = scope["path"], scope["method"]
-        if path == "/admin/drain" and method == "POST":
+        if path == "/admin/drain" and scope.get("query_string"):  # one instance: the app's
+            await self.app(scope, receive, send)
+        elif path == "/admin/drain" and method == "POST":
             self.draining = True
             await send_json(send, 200, self.state())
         elif path == "/admin/drain" and method == "DELETE":

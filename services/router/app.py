@@ -82,7 +82,20 @@ def create_app(door: FrontDoor) -> FastAPI:
             body = await door.merge_metrics(body)
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @app.get("/admin/ranks")
+    @app.post("/admin/drain", include_in_schema=False)
+    async def drain_instance(instance: str) -> dict:
+        """No new work to `instance`; its running requests finish (`running` counts them)."""
+        return _drain(door, instance, True)
+
+    @app.get("/admin/drain", include_in_schema=False)
+    async def drain_state(instance: str) -> dict:
+        return _drain(door, instance, None)
+
+    @app.delete("/admin/drain", include_in_schema=False)
+    async def undrain_instance(instance: str) -> dict:
+        return _drain(door, instance, False)
+
+    @app.get("/admin/ranks", include_in_schema=False)
     async def ranks() -> dict:
         """Every rank's routing health: out while a probe, a failure or a drain holds it out."""
         return {"ranks": door.orchestrator.router.rank_health()}
@@ -126,6 +139,15 @@ def create_app(door: FrontDoor) -> FastAPI:
         return await _serve(door, body, prep, _Shape("chat.completion", door.model_id, chat=True))
 
     return app
+
+
+def _drain(door: FrontDoor, instance: str, draining: bool | None) -> dict:
+    try:
+        return door.orchestrator.router.drain(instance, draining)
+    except KeyError:
+        raise BadRequest(
+            f"instance: no worker instance {instance!r}", "instance", status=404
+        ) from None
 
 
 def _install_errors(app: FastAPI) -> None:

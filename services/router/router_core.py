@@ -121,6 +121,23 @@ class RouterCore:
         for name, rank in [key for key in self._ranks if key[0] in instances]:
             self.mark_health(name, rank, f"{name}/{rank}" not in unresponsive, reason="probe")
 
+    def drain(self, instance: str, draining: bool | None) -> dict:
+        """Take `instance` out of routing (True), back in (False) or neither (None); its running
+        requests (prefill or decode in flight) are counted, never cut. KeyError: no such instance."""
+        ranks = self.ranks_of(instance)
+        if not ranks:
+            raise KeyError(instance)
+        for rank in ranks if draining is not None else []:
+            self.mark_health(instance, rank, not draining, reason="drain")
+        with self._lock:
+            states = [self._ranks[(instance, r)] for r in ranks]
+            held = "drain" in self._down.get((instance, ranks[0]), ())
+        return {
+            "instance": instance,
+            "draining": held,
+            "running": sum(s.running_seqs for s in states),
+        }
+
     def rank_health(self) -> list[dict]:
         """Every rank's routing health and the reasons holding it out (for /admin/ranks)."""
         with self._lock:

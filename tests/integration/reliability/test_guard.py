@@ -40,8 +40,12 @@ def test_api_key_required_on_v1_and_admin(guarded_cluster) -> None:
         assert reply.status_code == 401 and reply.json()["error"]["code"] == "invalid_api_key"
         assert httpx.get(f"{base}/v1/models", headers=headers).status_code == 401
         assert httpx.post(f"{base}/admin/drain", headers=headers).status_code == 401
+        one = f"{base}/admin/drain?instance=decode-0"
+        assert httpx.post(one, headers=headers).status_code == 401
     assert httpx.get(f"{base}/health").status_code == 200  # probes stay open
     assert httpx.get(f"{base}/v1/models", headers=AUTH).status_code == 200
+    missing = httpx.get(f"{base}/admin/drain?instance=no-such", headers=AUTH)
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "instance"
     reply = post(base, SHORT)
     assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 2
 
