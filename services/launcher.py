@@ -31,6 +31,9 @@ RAY_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_AUTH_MODE": "disabled",
+    # Every lockstep step is a Ray actor call and Ray's GCS keeps events of up to 100k tasks by
+    # default (a 10-minute soak grew the GCS by ~316 MiB); the twin reads none of them.
+    "RAY_task_events_max_num_task_in_gcs": "10000",
 }
 STOP_GRACE_S = 30.0  # the Ray head drains up to ~10 s after SIGTERM
 
