@@ -8,8 +8,9 @@ Pacing off (time_scale 0), so every number is real wall time on this machine:
   loop of short completions at a fixed concurrency.
 
     .venv/bin/python bench/frontdoor.py [--requests 24] [--concurrency 16]
-writes bench/results/frontdoor.json and prints a table. (NVIDIA Dynamo's frontend + mocker side by
-side: not run yet; see the JSON's "dynamo" field.)
+writes bench/results/frontdoor.json and prints a table. With `--dynamo` the same run also puts
+NVIDIA Dynamo's frontend + mocker workers under the same load (bench/frontdoor_dynamo.py) and
+records the ratio of our overhead to Dynamo's latency in the JSON ("dynamo", "dynamo_ratio").
 """
 
 from __future__ import annotations
@@ -175,6 +176,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=24)
     parser.add_argument("--rate-requests", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--dynamo", action="store_true", help="also run Dynamo frontend + mocker")
     args = parser.parse_args()
     local = {**in_process_latency(args.requests), **in_process_rate(args.rate_requests)}
     port = free_port()
@@ -207,14 +209,24 @@ def main() -> None:
             "ttft_p50": cluster["ttft_ms"]["p50"] - local["ttft_ms"]["p50"],
             "itl_p50": cluster["itl_ms"]["p50"] - local["itl_ms"]["p50"],
         },
-        "dynamo": None,  # Dynamo frontend + mocker side by side: not run (see README / report)
+        "dynamo": None,  # filled by --dynamo (bench/frontdoor_dynamo.py)
     }
+    if args.dynamo:
+        import frontdoor_dynamo  # the peer side; needs .venv-peers (../shared/ENVIRONMENT.md)
+
+        result["dynamo"] = frontdoor_dynamo.run_dynamo(
+            args.requests, args.rate_requests, args.concurrency
+        )
+        result["dynamo"]["load_avg_1m"] = os.getloadavg()[0]
+        result["dynamo_ratio"] = frontdoor_dynamo.comparison(result)
     RESULT.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{'':24s}{'in-process':>12s}{'cluster':>12s}{'overhead':>12s}")
     for key in ("ttft_ms", "itl_ms"):
         a, b = local[key]["p50"], cluster[key]["p50"]
         print(f"{key + ' p50':24s}{a:12.2f}{b:12.2f}{b - a:12.2f}")
     print(f"{'requests/s':24s}{local['requests_per_s']:12.1f}{cluster['requests_per_s']:12.1f}")
+    if args.dynamo:
+        frontdoor_dynamo.table(result)
     print(f"(load avg {result['machine']['load_avg_1m']:.1f} on {os.cpu_count()} cpus) -> {RESULT}")
 
 
