@@ -18,7 +18,7 @@ from rackserve.timing import TimingModel
 from services import rank_probe
 from services._proto import decode_pb2, decode_pb2_grpc, prefill_pb2
 from services.instance_loop import InstanceLoop, StepDone
-from services.prefill.service import call_actor, check_target, sampling_dict
+from services.prefill.service import call_actor, check_request, sampling_dict
 from services.topology import InstanceSpec
 
 
@@ -54,12 +54,10 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
     async def Generate(
         self, request: decode_pb2.DecodeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[decode_pb2.TokenChunk]:
-        problem = check_target(self.specs, request.instance, request.rank)
-        if problem or not request.token_ids or request.request_id in self._streams:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                problem or "token_ids: must not be empty, request_id: must be new",
-            )
+        problem = check_request(self.specs, request.instance, request.rank, request.token_ids,
+                                request.request_id, self._streams)
+        if problem:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         loop = self.loops[request.instance]
         actor = self.actors[request.instance][request.rank]
         stream = _Stream(request.instance, submitted_sim_s=loop.sim_now_s)

@@ -4,6 +4,7 @@ the instance loop to finish it, answer with the first token, the KV handle and s
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Container
 from dataclasses import dataclass
 
 import grpc
@@ -57,6 +58,21 @@ def check_target(specs: dict[str, InstanceSpec], instance: str, rank: int) -> st
     return None
 
 
+def check_request(
+    specs: dict[str, InstanceSpec], instance: str, rank: int, token_ids: object, request_id: str,
+    active: Container[str],
+) -> str | None:
+    """What is wrong with a worker request (naming the field), or None: shared by prefill and decode."""
+    problem = check_target(specs, instance, rank)
+    if problem:
+        return problem
+    if not token_ids:
+        return "token_ids: must not be empty"
+    if request_id in active:
+        return f"request_id: {request_id!r} is already running here"
+    return None
+
+
 class PrefillService(prefill_pb2_grpc.PrefillServicer):
     def __init__(
         self,
@@ -90,12 +106,10 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
     async def Prefill(
         self, request: prefill_pb2.PrefillRequest, context: grpc.aio.ServicerContext
     ) -> prefill_pb2.PrefillReply:
-        problem = check_target(self.specs, request.instance, request.dp_rank)
-        if problem or not request.token_ids or request.request_id in self._waiting:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                problem or "token_ids: must not be empty, request_id: must be new",
-            )
+        problem = check_request(self.specs, request.instance, request.dp_rank, request.token_ids,
+                                request.request_id, self._waiting)
+        if problem:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         loop = self.loops[request.instance]
         actor = self.actors[request.instance][request.dp_rank]
         waiter = _Waiter(
