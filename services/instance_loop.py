@@ -60,15 +60,15 @@ class InstanceLoop:
         self.sim_now_s = 0.0
         self.pacing_lag_s = 0.0
         self._wake = asyncio.Event()
-        self._active: set[int] = (
-            set()
-        )  # ranks with requests; idle ranks are not called (empty batch)
+        self._active: set[int] = set()  # ranks with requests; idle ranks are not called
+        self._woken: set[int] = set()  # ranks woken since their last call: never dropped as idle
         self._keys = [RankKey(spec.name, r, spec.role) for r in range(len(ranks))]
         metrics.ranks.declare_instance(spec.name, spec.role, spec.gpus)
 
     def wake(self, rank: int) -> None:
         """Work was submitted to `rank`: it takes part in the next step."""
         self._active.add(rank)
+        self._woken.add(rank)
         self._wake.set()
 
     async def run(self) -> None:
@@ -82,19 +82,21 @@ class InstanceLoop:
             except Exception as exc:  # a failed step must not kill the instance: fail its requests
                 log.exception("%s: step failed", self.spec.name)
                 self._active.clear()
+                self._woken.clear()
                 self.on_step(StepDone(self.spec.name, -1, (), self.sim_now_s, 0.0, 0.0, repr(exc)))
                 busy = False
 
     async def _step(self) -> bool:
         started = time.monotonic()
         called = sorted(self._active)
+        self._woken.difference_update(called)  # a wake from now on lands during the gather
         results: list[RankStep] = await asyncio.gather(
             *(self.ranks[r].step.remote() for r in called)
         )
         steps = [IDLE] * len(self.ranks)
         for r, step in zip(called, results, strict=True):
             steps[r] = step
-            if not step.busy:
+            if not step.busy and r not in self._woken:  # idle, and nothing submitted since
                 self._active.discard(r)
         if not any(s.batch.num_seqs for s in steps):
             return bool(self._active)

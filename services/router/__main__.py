@@ -137,6 +137,7 @@ async def serve(args: argparse.Namespace) -> None:
         cfg.engine.block_size,
         cfg.cluster.worker_timeout_s,
         cfg.cluster.decode_chunk_timeout_s,
+        time_scale=cfg.cluster.time_scale,
     )
     flag = {"ready": False}
     workers = WorkerMetrics(args.worker_metrics or [])

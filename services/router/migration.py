@@ -41,6 +41,12 @@ def within_budget(request_id: str) -> bool:
     return request_id.count(SUFFIX) < MAX_MIGRATIONS
 
 
+def sim_wait_s(wall_s: float, time_scale: float) -> float:
+    """Wall seconds a client waited on a failed call, in simulated seconds; unpaced (0), one
+    simulated second per wall second (the wait was real, whatever the pacing)."""
+    return wall_s / time_scale if time_scale > 0 else wall_s
+
+
 def quarantine(orch: Orchestrator, instance: str, rank: int) -> None:
     """Mark a failed rank unhealthy now and healthy again after QUARANTINE_S."""
     orch.router.mark_health(instance, rank, healthy=False)
@@ -50,9 +56,16 @@ def quarantine(orch: Orchestrator, instance: str, rank: int) -> None:
 
 
 async def reroute_prefill(
-    orch: Orchestrator, trip: Trip, prompt: list[int], sampling: Sampling, failed: Route
+    orch: Orchestrator,
+    trip: Trip,
+    prompt: list[int],
+    sampling: Sampling,
+    failed: Route,
+    waited_s: float = 0.0,
 ) -> AsyncIterator[list[int]]:
-    """The prefill rank failed before any token was sent: run the request again elsewhere."""
+    """The prefill rank failed before any token was sent: run the request again elsewhere. The
+    `waited_s` (simulated) spent on the failed rank counts as queueing: it is in ttft_s and in
+    every token's time, as the client saw it."""
     from services.router.orchestrator import Trip
 
     quarantine(orch, failed.prefill_instance, failed.prefill_rank)
@@ -62,6 +75,8 @@ async def reroute_prefill(
     for f in fields(sub):
         if f.name != "request_id":
             setattr(trip, f.name, getattr(sub, f.name))
+    trip.queue_s += waited_s
+    trip.token_times_s = [waited_s + t for t in sub.token_times_s]
     trip.prefill = f"{failed.prefill_instance}/{failed.prefill_rank}->{sub.prefill}"
 
 

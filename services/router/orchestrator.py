@@ -7,6 +7,7 @@ them and fills a `Trip` with where the request went and its simulated latencies.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -79,7 +80,9 @@ class Orchestrator:
         block_size: int,
         worker_timeout_s: float | None = None,
         decode_chunk_timeout_s: float | None = None,
+        time_scale: float = 0.0,
     ) -> None:
+        self.time_scale = time_scale  # wall s per sim s: a failed call's wait in simulated s
         self.decode_chunk_timeout_s = decode_chunk_timeout_s  # a hung decode rank: migrate
         self.worker_timeout_s = worker_timeout_s  # a hung prefill rank: DEADLINE_EXCEEDED, re-route
         self.router = router
@@ -110,6 +113,7 @@ class Orchestrator:
             seed=sampling.seed,
             ignore_eos=sampling.ignore_eos,
         )
+        sent_at = time.monotonic()
         with self.router.prefill_in_flight(decision, len(prompt)):
             try:
                 reply = await self._prefill.Prefill(
@@ -127,7 +131,10 @@ class Orchestrator:
                     raise
                 reply = None
         if reply is None:
-            async for tokens in migration.reroute_prefill(self, trip, prompt, sampling, decision):
+            waited_s = migration.sim_wait_s(time.monotonic() - sent_at, self.time_scale)
+            async for tokens in migration.reroute_prefill(
+                self, trip, prompt, sampling, decision, waited_s
+            ):
                 yield tokens
             return
         self._account_prefill(trip, reply)

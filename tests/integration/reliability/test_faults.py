@@ -203,6 +203,7 @@ def test_hung_prefill_rank_times_out_and_is_rerouted(fault_cluster, ray_driver) 
     probe = {**BODY, "max_tokens": 1, "prompt": "which prefill rank is idle first, again? " * 3}
     rank = complete(base, probe)["rackserve"]["prefill"]
     pid = ray.get(rank_actor(rank).__ray_call__.remote(lambda _self: os.getpid()))
+    ttft_before = metric(base, "rackserve_time_to_first_token_seconds_sum")
     os.kill(pid, signal.SIGSTOP)  # the rank hangs: alive, but answers nothing
     try:
         body = {**BODY, "max_tokens": 4, "prompt": "sent while a prefill rank hangs. " * 3}
@@ -211,6 +212,13 @@ def test_hung_prefill_rank_times_out_and_is_rerouted(fault_cluster, ray_driver) 
         os.kill(pid, signal.SIGCONT)
     assert reply["rackserve"]["prefill"].startswith(f"{rank}->"), reply["rackserve"]
     assert reply["usage"]["completion_tokens"] == 4
+    # the client waited the whole prefill deadline (8 wall s = 1.6 sim s at 5 wall s per sim s)
+    # before the re-route: that wait is part of its TTFT and of the TTFT histogram
+    waited_s = 8 / 5
+    assert reply["rackserve"]["ttft_s"] >= waited_s, reply["rackserve"]
+    assert reply["rackserve"]["queue_s"] >= waited_s, reply["rackserve"]
+    added = metric(base, "rackserve_time_to_first_token_seconds_sum") - ttft_before
+    assert abs(added - reply["rackserve"]["ttft_s"]) < 1e-6, (added, reply["rackserve"])
 
 
 def test_hung_decode_rank_times_out_and_its_stream_migrates(fault_cluster, ray_driver) -> None:
