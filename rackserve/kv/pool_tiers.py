@@ -112,7 +112,7 @@ class Lookup:
 
 
 @dataclass(frozen=True)
-class PrefixMatch:
+class PoolPrefix:
     count: int
     tiers: tuple[PoolTier, ...]
 
@@ -177,7 +177,7 @@ class PoolTiers:
                 return tier
         return None
 
-    def match_prefix(self, hashes: list[int], now: float) -> PrefixMatch:
+    def match_prefix(self, hashes: list[int], now: float) -> PoolPrefix:
         """How many leading blocks of a chain are stored, and where (does not refresh LRU)."""
         self.expire(now)
         tiers: list[PoolTier] = []
@@ -186,7 +186,7 @@ class PoolTiers:
             if tier is None:
                 break
             tiers.append(tier)
-        return PrefixMatch(len(tiers), tuple(tiers))
+        return PoolPrefix(len(tiers), tuple(tiers))
 
     def usage(self, tier: PoolTier) -> TierUsage:
         blocks = self._lru[tier].values()

@@ -48,13 +48,13 @@ from rackserve.kv.events import KVEvent, Publisher
 from rackserve.kv.kv_codec import decode_block, encode_block
 from rackserve.kv.paged_kv import PagedKV
 from rackserve.model.config import ModelConfig
+from rackserve.model.engine_request import EngineRequest
 from rackserve.model.engram import (
     EngramTable,
     LocalEngramTable,
     engram_row_ids_windows,
     engram_windows,
 )
-from rackserve.model.request import Request
 from rackserve.model.sampling import SamplingParams, sample
 from rackserve.model.tokenizer import EOS
 from rackserve.model.transformer import Segment, Transformer
@@ -138,7 +138,7 @@ class Engine:
         self.chunk_tokens = chunk_tokens
         self.max_batch_seqs = max_batch_seqs
         self._root = root_hash(cfg.model_id)
-        self._requests: dict[str, Request] = {}
+        self._requests: dict[str, EngineRequest] = {}
         self._computed = self._reused = self._imported = 0
 
     @classmethod
@@ -225,7 +225,7 @@ class Engine:
         self.cache.record_lookup(len(hashes), len(usable))
         seed = params.seed if params.seed is not None else xxhash.xxh64_intdigest(request_id) >> 1
         cached = len(usable) * self.cfg.block_size
-        self._requests[request_id] = Request(
+        self._requests[request_id] = EngineRequest(
             request_id,
             tokens,
             len(prompt_ids),
@@ -359,10 +359,10 @@ class Engine:
                     out[o.request_id].append(o.token)
         return out
 
-    def _schedule(self) -> list[tuple[Request, int]]:
+    def _schedule(self) -> list[tuple[EngineRequest, int]]:
         """Decoding requests first (one token each), then prefill chunks within the token budget."""
         budget = self.chunk_tokens
-        chosen: list[tuple[Request, int]] = []
+        chosen: list[tuple[EngineRequest, int]] = []
         ordered = sorted(self._requests.values(), key=lambda r: not r.is_decoding)  # stable
         for request in ordered:
             if len(chosen) == self.max_batch_seqs or budget == 0:
@@ -376,7 +376,7 @@ class Engine:
             budget -= n
         return chosen
 
-    def _segments(self, scheduled: list[tuple[Request, int]]) -> list[Segment]:
+    def _segments(self, scheduled: list[tuple[EngineRequest, int]]) -> list[Segment]:
         """The batch for the model; Engram row ids of all new tokens are hashed in one call."""
         windows = [
             engram_windows(r.token_ids, r.num_computed, r.num_computed + n, self.cfg)
@@ -396,7 +396,7 @@ class Engine:
             for (r, n), seg_rows in zip(scheduled, rows, strict=True)
         ]
 
-    def _advance(self, request: Request, n: int, logits: np.ndarray) -> TokenOutput:
+    def _advance(self, request: EngineRequest, n: int, logits: np.ndarray) -> TokenOutput:
         """Count computed tokens, cache newly full blocks, sample if caught up, finish if done."""
         request.num_computed += n
         for index, block_hash, parent, tokens in request.next_full_blocks(
@@ -421,7 +421,7 @@ class Engine:
             request.num_outputs,
         )
 
-    def _finish_reason(self, request: Request, token: int) -> str | None:
+    def _finish_reason(self, request: EngineRequest, token: int) -> str | None:
         if token == EOS and not request.params.ignore_eos:
             return "stop"
         if (

@@ -23,7 +23,7 @@ from operator import and_, not_, or_
 from rackserve.kv.events import KVEvent, Publisher, Tier
 from rackserve.routing.closure import UNKNOWN_PARENT, PrefixClosure
 from rackserve.routing.match import PrefixMatch
-from rackserve.routing.view import RankKey
+from rackserve.routing.view import RankId
 
 _POOL_IN_HBM = 1  # pool flag bits: block is in some trusted spare-HBM pool holder
 _POOL_IN_DRAM = 2  # ... in some trusted DRAM pool holder
@@ -54,8 +54,8 @@ class PrefixIndex:
         self._holders: list[HolderKey] = []
         self._contents: list[set[int]] = []
         self._closures: list[PrefixClosure | None] = []  # per rank_hbm holder
-        self._rank_key: dict[int, RankKey] = {}  # bit -> rank, for rank_hbm holders
-        self._keys_of: dict[int, tuple[RankKey, ...]] = {}  # rank bit set -> its ranks
+        self._rank_key: dict[int, RankId] = {}  # bit -> rank, for rank_hbm holders
+        self._keys_of: dict[int, tuple[RankId, ...]] = {}  # rank bit set -> its ranks
         self._rank: dict[int, int] = {}  # hash -> bits of rank_hbm holders (stale ones included)
         self._pool_mask: dict[int, int] = {}  # hash -> bits of pool holders (stale ones included)
         self._pool: dict[int, int] = {}  # hash -> _POOL_IN_* flags over trusted pool holders
@@ -170,14 +170,14 @@ class PrefixIndex:
             pool = self._pool_runs_walk(block_hashes, {0, *ranks.values()})
         return PrefixMatch(block_size, prompt_tokens, ranks, pool)
 
-    def _rank_prefixes_search(self, hashes: Sequence[int]) -> dict[RankKey, int]:
+    def _rank_prefixes_search(self, hashes: Sequence[int]) -> dict[RankId, int]:
         # Prefix-closed holders: the holder mask along the chain only loses bits, so each
         # change point is found by binary search ("mask still equals its value at pos").
         get = self._rank.get
         n = len(hashes)
         value = get(hashes[0], 0) if n else 0
         trusted = ~self._stale_bits
-        out: dict[RankKey, int] = {}
+        out: dict[RankId, int] = {}
         pos = 0
         while value:
             lo, hi = pos + 1, n
@@ -205,7 +205,7 @@ class PrefixIndex:
             out[s] = (in_hbm, max(0, end_any - s) - in_hbm)
         return out
 
-    def _rank_prefixes_walk(self, hashes: Sequence[int]) -> dict[RankKey, int]:
+    def _rank_prefixes_walk(self, hashes: Sequence[int]) -> dict[RankId, int]:
         masks = _until_miss(self._rank.get, hashes, 0)
         if not masks:
             return {}
@@ -213,7 +213,7 @@ class PrefixIndex:
         cum = list(accumulate(masks, and_))
         values = list(dict.fromkeys(cum))
         trusted = ~self._stale_bits
-        out: dict[RankKey, int] = {}
+        out: dict[RankId, int] = {}
         for j, value in enumerate(values):
             last = j + 1 == len(values)
             nxt = 0 if last else values[j + 1]
@@ -233,7 +233,7 @@ class PrefixIndex:
             out[s] = (len(run) - dram_only, dram_only)
         return out
 
-    def _record_drops(self, out: dict[RankKey, int], dropped: int, end: int) -> None:
+    def _record_drops(self, out: dict[RankId, int], dropped: int, end: int) -> None:
         """out[rank] = end for every rank bit in `dropped` (bit sets repeat: memoised)."""
         if not dropped:
             return
@@ -244,7 +244,7 @@ class PrefixIndex:
             keys = self._keys_of[dropped] = self._bits_to_keys(dropped)
         out.update(zip(keys, repeat(end)))
 
-    def _bits_to_keys(self, bits: int) -> tuple[RankKey, ...]:
+    def _bits_to_keys(self, bits: int) -> tuple[RankId, ...]:
         keys = []
         while bits:
             low = bits & -bits

@@ -11,7 +11,7 @@ from __future__ import annotations
 from rackserve.routing.cost import CostModel
 from rackserve.routing.match import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
-from rackserve.routing.view import ClusterView, RankKey, RankState, RequestView, Scored
+from rackserve.routing.view import ClusterView, RankId, RankState, RequestView, Scored
 
 
 def uncached_work_s(
@@ -43,7 +43,7 @@ class LeastUncachedWork:
         # layout, can win: every other cold rank costs the same work on top of a longer queue.
         in_hbm = match.rank_blocks
         priced: dict[tuple[str, int], float] = {}
-        best: tuple[float, tuple[float, int, int, RankKey]] | None = None
+        best: tuple[float, tuple[float, int, int, RankId]] | None = None
         pick: RankState | None = None
         for ranks in cluster.prefill_by_load().values():
             cold = next((r for r in ranks if r.key not in in_hbm), None)

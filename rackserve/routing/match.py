@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rackserve.routing.view import PrefixHit, RankKey
+from rackserve.routing.view import PrefixHit, RankId
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,13 +18,13 @@ class PrefixMatch:
 
     block_size: int
     prompt_tokens: int
-    rank_blocks: dict[RankKey, int] = field(default_factory=dict)
+    rank_blocks: dict[RankId, int] = field(default_factory=dict)
     pool_runs: dict[int, tuple[int, int]] = field(default_factory=dict)
 
-    def hbm_blocks(self, key: RankKey) -> int:
+    def hbm_blocks(self, key: RankId) -> int:
         return self.rank_blocks.get(key, 0)
 
-    def hit(self, key: RankKey) -> PrefixHit:
+    def hit(self, key: RankId) -> PrefixHit:
         """Cached tokens by tier if the request runs on rank `key`, capped at prompt - 1 tokens
         (the last prompt token is always computed)."""
         return PrefixHit(*self.tokens(self.rank_blocks.get(key, 0)))

@@ -12,12 +12,12 @@ import xxhash
 
 from rackserve.routing.match import PrefixMatch
 from rackserve.routing.policy import PolicySettings, register
-from rackserve.routing.view import ClusterView, RankKey, RequestView, Scored
+from rackserve.routing.view import ClusterView, RankId, RequestView, Scored
 
 _VNODES = 64  # ring points per rank
 
 
-def _ring(keys: tuple[RankKey, ...]) -> tuple[list[int], list[int]]:
+def _ring(keys: tuple[RankId, ...]) -> tuple[list[int], list[int]]:
     points = sorted(
         (xxhash.xxh3_64_intdigest(f"{inst}/{dp}#{v}".encode()), i)
         for i, (inst, dp) in enumerate(keys)
@@ -36,7 +36,7 @@ class PrefixHash:
                 f"routing.prefix_hash_blocks must be positive, got {settings.prefix_hash_blocks}"
             )
         self._blocks = settings.prefix_hash_blocks
-        self._rings: dict[tuple[RankKey, ...], tuple[list[int], list[int]]] = {}
+        self._rings: dict[tuple[RankId, ...], tuple[list[int], list[int]]] = {}
 
     def choose(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
         ranks = cluster.prefill_ranks()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Role = Literal["prefill", "decode"]
-RankKey = tuple[str, int]  # (instance, dp_rank)
+RankId = tuple[str, int]  # (instance, dp_rank)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +31,9 @@ class RankState:
     active_decode_blocks: int = 0
     running_seqs: int = 0
     healthy: bool = True
-    key: RankKey = field(init=False, repr=False, compare=False)
+    key: RankId = field(init=False, repr=False, compare=False)
     # Prefill load order: queued work, queued tokens, running sequences, then the key.
-    load_order: tuple[float, int, int, RankKey] = field(init=False, repr=False, compare=False)
+    load_order: tuple[float, int, int, RankId] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         key = (self.instance, self.dp_rank)
@@ -67,7 +67,7 @@ class ClusterView:
 
     ranks: tuple[RankState, ...]
     _prefill: tuple[RankState, ...] = field(init=False, repr=False, compare=False)
-    prefill_by_key: dict[RankKey, RankState] = field(init=False, repr=False, compare=False)
+    prefill_by_key: dict[RankId, RankState] = field(init=False, repr=False, compare=False)
     _by_load: dict[str, tuple[RankState, ...]] = field(init=False, repr=False, compare=False)
     _decode_best: dict[str | None, RankState] = field(init=False, repr=False, compare=False)
 
@@ -93,7 +93,7 @@ class ClusterView:
         """Healthy prefill ranks in view order."""
         return self._prefill
 
-    def prefill_rank(self, key: RankKey) -> RankState | None:
+    def prefill_rank(self, key: RankId) -> RankState | None:
         """The healthy prefill rank `key`, or None."""
         return self.prefill_by_key.get(key)
 
@@ -151,7 +151,7 @@ class Decision:
     decode_dp_rank: int | None = None
 
     @property
-    def key(self) -> RankKey:
+    def key(self) -> RankId:
         return (self.instance, self.dp_rank)
 
 

@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import heapq
 
-from rackserve.sched.sequence import Sequence
+from rackserve.sched.seq_state import SeqState
 
 
 class DecodeBatch:
     def __init__(self) -> None:
         self.step = 0  # decode steps this rank has run
-        self.seqs: dict[int, Sequence] = {}  # req_id -> sequence, in join order
+        self.seqs: dict[int, SeqState] = {}  # req_id -> sequence, in join order
         self.context_tokens = 0  # sum of running sequences' context (KV tokens)
-        self._heap: list[tuple[int, int, Sequence]] = []  # (finish step, req_id, seq)
+        self._heap: list[tuple[int, int, SeqState]] = []  # (finish step, req_id, seq)
         self._synced: dict[int, int] = {}  # req_id -> step its counters were last brought up to
 
     def __len__(self) -> int:
         return len(self.seqs)
 
-    def join(self, seq: Sequence) -> None:
+    def join(self, seq: SeqState) -> None:
         assert seq.decode_left > 0 and seq.req_id not in self.seqs
         self.seqs[seq.req_id] = seq
         self._synced[seq.req_id] = self.step
@@ -34,7 +34,7 @@ class DecodeBatch:
     def steps_to_next_finish(self) -> int:
         return self._heap[0][0] - self.step
 
-    def advance(self, steps: int) -> list[Sequence]:
+    def advance(self, steps: int) -> list[SeqState]:
         """Run `steps` steps (at most up to the next finish); return the sequences that finished."""
         assert 0 < steps <= self.steps_to_next_finish()
         self.step += steps
@@ -48,13 +48,13 @@ class DecodeBatch:
             done.append(seq)
         return done
 
-    def sync(self) -> list[Sequence]:
+    def sync(self) -> list[SeqState]:
         """Bring every running sequence's counters up to date; return them in join order."""
         for seq in self.seqs.values():
             self._sync_one(seq)
         return list(self.seqs.values())
 
-    def _sync_one(self, seq: Sequence) -> None:
+    def _sync_one(self, seq: SeqState) -> None:
         delta = self.step - self._synced[seq.req_id]
         seq.computed_tokens += delta
         seq.generated += delta

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rackserve.sched.decode_batch import DecodeBatch
-from rackserve.sched.sequence import Sequence
+from rackserve.sched.seq_state import SeqState
 from rackserve.timing.batch import RankBatch
 
 
@@ -30,7 +30,7 @@ class SchedulerLimits:
 class RankPlan:
     """One step's work on one rank: sequences, tokens each computes, and the cost-model batch."""
 
-    seqs: tuple[Sequence, ...]
+    seqs: tuple[SeqState, ...]
     new_tokens: tuple[int, ...]
     batch: RankBatch
 
@@ -46,18 +46,18 @@ class RankScheduler:
     """FCFS scheduler of one DP rank. `on_start(seq)` runs when a waiting sequence is first scheduled
     (the prefill rank looks up its prefix there, so blocks stored meanwhile are found)."""
 
-    def __init__(self, limits: SchedulerLimits, on_start: Callable[[Sequence], None] | None = None) -> None:
+    def __init__(self, limits: SchedulerLimits, on_start: Callable[[SeqState], None] | None = None) -> None:
         self.limits = limits
         self.on_start = on_start
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []  # prefill sequences started on this rank
+        self.waiting: deque[SeqState] = deque()
+        self.running: list[SeqState] = []  # prefill sequences started on this rank
         self.decoding = DecodeBatch()
         self._reserved = 0  # decode: final context (prompt + all outputs) of running sequences
 
     def __len__(self) -> int:
         return len(self.waiting) + len(self.running) + len(self.decoding)
 
-    def admit(self, seq: Sequence) -> bool:
+    def admit(self, seq: SeqState) -> bool:
         """Queue a sequence; False (rejected) when the rank's queue is full."""
         if len(self) >= self.limits.max_queue:
             return False
@@ -69,7 +69,7 @@ class RankScheduler:
 
     def schedule_prefill(self) -> RankPlan:
         budget = self.limits.chunk_tokens
-        seqs: list[Sequence] = []
+        seqs: list[SeqState] = []
         news: list[int] = []
         for seq in self.running:
             if budget <= 0 or len(seqs) >= self.limits.max_batch_seqs:
@@ -102,7 +102,7 @@ class RankScheduler:
     def decode_steps_to_next_finish(self) -> int:
         return self.decoding.steps_to_next_finish()
 
-    def commit_prefill(self, plan: RankPlan) -> list[Sequence]:
+    def commit_prefill(self, plan: RankPlan) -> list[SeqState]:
         """Apply a prefill step; return sequences whose prompt is now fully computed."""
         for seq, new in zip(plan.seqs, plan.new_tokens, strict=True):
             seq.computed_tokens += new
@@ -111,19 +111,19 @@ class RankScheduler:
             self.running = [s for s in self.running if s.prefill_left > 0]
         return done
 
-    def commit_decode(self, steps: int) -> list[Sequence]:
+    def commit_decode(self, steps: int) -> list[SeqState]:
         """Apply `steps` identical decode steps of the whole batch (at most up to its next finish);
         return sequences that produced their last token."""
         done = self.decoding.advance(steps)
         self._reserved -= sum(s.computed_tokens for s in done)
         return done
 
-    def _start(self, seq: Sequence) -> Sequence:
+    def _start(self, seq: SeqState) -> SeqState:
         if self.on_start is not None:
             self.on_start(seq)
         return seq
 
-    def promote_decode(self) -> list[Sequence]:
+    def promote_decode(self) -> list[SeqState]:
         """Move waiting sequences into the batch while slots and KV (reserved for the whole output,
         so a running sequence never needs preempting) allow; FCFS, no overtaking. Returns them."""
         cap = self.limits.kv_tokens_capacity
@@ -138,7 +138,7 @@ class RankScheduler:
             joined.append(seq)
         return joined
 
-    def _plan(self, seqs: list[Sequence], news: list[int]) -> RankPlan:
+    def _plan(self, seqs: list[SeqState], news: list[int]) -> RankPlan:
         if not seqs:
             return EMPTY_PLAN
         cached = [s.computed_tokens for s in seqs]

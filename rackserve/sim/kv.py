@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from rackserve.kv.events import EventSequencer, KVEvent, Publisher
 from rackserve.kv.pool_tiers import BlockPut, PoolLimits, PoolTiers
 from rackserve.routing.index import PrefixIndex
-from rackserve.routing.view import PrefixHit, RankKey
+from rackserve.routing.view import PrefixHit, RankId
 
 
 class RankCache:
@@ -57,7 +57,7 @@ class RankCache:
 
 
 class ClusterKV:
-    def __init__(self, ranks: Sequence[RankKey], cache_blocks: int, pool: PoolLimits, block_tokens: int,
+    def __init__(self, ranks: Sequence[RankId], cache_blocks: int, pool: PoolLimits, block_tokens: int,
                  block_bytes: int, index: PrefixIndex) -> None:
         self.block_tokens = block_tokens
         self.block_bytes = block_bytes
@@ -65,7 +65,7 @@ class ClusterKV:
         self.pool = PoolTiers(pool)
         self.index = index
 
-    def delivered_hit(self, rank: RankKey, hashes: Sequence[int], prompt_tokens: int, now: float) -> PrefixHit:
+    def delivered_hit(self, rank: RankId, hashes: Sequence[int], prompt_tokens: int, now: float) -> PrefixHit:
         """What a rank really finds when it starts a prompt: own HBM, then the pool (capped at prompt-1)."""
         n_rank = self.caches[rank].match(hashes)
         rest = list(hashes[n_rank:])
@@ -80,7 +80,7 @@ class ClusterKV:
         t_pdram = min((pool_match.count - n_phbm) * bs, room - t_rank - t_phbm)
         return PrefixHit(t_rank, t_phbm, t_pdram)
 
-    def store(self, rank: RankKey, hashes: Sequence[int], computed_from: int, now: float) -> None:
+    def store(self, rank: RankId, hashes: Sequence[int], computed_from: int, now: float) -> None:
         """A rank finished a prompt: its blocks enter the rank's HBM; blocks [computed_from:] (the
         ones it computed) are written to the pool."""
         self.index.apply_all(self.caches[rank].store(hashes, None))

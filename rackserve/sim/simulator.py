@@ -20,7 +20,7 @@ from rackserve.routing.router import Router
 from rackserve.routing.timing_cost import TimingCost
 from rackserve.routing.view import ClusterView, RankState, RequestView
 from rackserve.sched.scheduler import RankScheduler, SchedulerLimits
-from rackserve.sched.sequence import Sequence
+from rackserve.sched.seq_state import SeqState
 from rackserve.sim.events import (
     Arrival,
     DecodeLeapEnd,
@@ -179,7 +179,7 @@ class Simulator:
         inst = self.prefill[p_idx]
         cached = decision.predicted.total
         flight.queued_work_s = self.timing.prefill_estimate_s(inst.layout, req.prompt_tokens - cached, cached)
-        seq = Sequence(req.req_id, req.prompt_tokens, req.output_tokens, payload=flight)
+        seq = SeqState(req.req_id, req.prompt_tokens, req.output_tokens, payload=flight)
         if not inst.ranks[decision.dp_rank].admit(seq):
             self.metrics.rejected += 1
             return self._followups(req, now)
@@ -195,10 +195,10 @@ class Simulator:
     def on_prefill_kick(self, now: float, idx: int) -> list[Event]:
         return self._start_prefill_step(now, idx)
 
-    def _on_prefill_start(self, name: str, rank: int) -> Callable[[Sequence], None]:
+    def _on_prefill_start(self, name: str, rank: int) -> Callable[[SeqState], None]:
         key = (name, rank)
 
-        def start(seq: Sequence) -> None:
+        def start(seq: SeqState) -> None:
             flight: Flight = seq.payload
             req = flight.request
             hit = self.kv.delivered_hit(key, self._hashes(req), req.prompt_tokens, self.now)
@@ -243,7 +243,7 @@ class Simulator:
         req = flight.request
         flight.kv_arrive = now
         d_idx, rank = flight.decode
-        seq = Sequence(req.req_id, req.prompt_tokens, req.output_tokens, computed_tokens=req.prompt_tokens,
+        seq = SeqState(req.req_id, req.prompt_tokens, req.output_tokens, computed_tokens=req.prompt_tokens,
                        payload=flight)
         if not self.decode[d_idx].ranks[rank].admit(seq):
             self.metrics.rejected += 1

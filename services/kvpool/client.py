@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import grpc
 import redis
 
-from rackserve.kv.pool_tiers import PoolTier, PrefixMatch
+from rackserve.kv.pool_tiers import PoolPrefix, PoolTier
 from services._proto import kvpool_pb2 as pb
 from services._proto import kvpool_pb2_grpc as pb_grpc
 from services.kvpool.keys import block_key
@@ -151,12 +151,12 @@ class PoolClient:
         self._releaser.submit(self._call, self._stub.ReleaseLease, pb.ReleaseRequest(lease_id=lease_id))
 
     # ---- metadata -------------------------------------------------------------------------
-    def match_prefix(self, hashes: Sequence[int]) -> PrefixMatch:
+    def match_prefix(self, hashes: Sequence[int]) -> PoolPrefix:
         """Leading blocks of a chain present in the pool, and their tiers (no lease, no LRU touch)."""
         reply = self._call(self._stub.MatchPrefix, pb.MatchPrefixRequest(block_hashes=[int(h) for h in hashes]))
         if reply is None:
-            return PrefixMatch(0, ())
-        return PrefixMatch(reply.count, tuple(PB_TO_TIER[t] for t in reply.tiers))  # type: ignore[misc]
+            return PoolPrefix(0, ())
+        return PoolPrefix(reply.count, tuple(PB_TO_TIER[t] for t in reply.tiers))  # type: ignore[misc]
 
     def remove(self, hashes: Sequence[int]) -> tuple[int, ...]:
         reply = self._call(self._stub.Remove, pb.RemoveRequest(block_hashes=[int(h) for h in hashes]))

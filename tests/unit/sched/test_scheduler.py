@@ -1,12 +1,12 @@
 import numpy as np
 
 from rackserve.sched.scheduler import RankScheduler, SchedulerLimits
-from rackserve.sched.sequence import Sequence
+from rackserve.sched.seq_state import SeqState
 
 
 def test_prefill_chunks_share_the_token_budget_fcfs():
     s = RankScheduler(SchedulerLimits(chunk_tokens=1000, max_batch_seqs=8))
-    a, b = Sequence(1, 1500, 4), Sequence(2, 300, 4)
+    a, b = SeqState(1, 1500, 4), SeqState(2, 300, 4)
     assert s.admit(a) and s.admit(b)
     p1 = s.schedule_prefill()
     assert p1.seqs == (a,) and p1.new_tokens == (1000,)
@@ -23,7 +23,7 @@ def test_on_start_prefix_hit_skips_cached_tokens_and_charges_pool_once():
         seq.computed_tokens, seq.pool_dram_tokens = 640, 128
 
     s = RankScheduler(SchedulerLimits(chunk_tokens=100), on_start=hit)
-    s.admit(Sequence(1, 1000, 1))
+    s.admit(SeqState(1, 1000, 1))
     assert s.queued_prefill_tokens() == 1000  # lookup happens when it starts, not at admission
     p = s.schedule_prefill()
     assert p.new_tokens == (100,) and p.batch.cached_tokens.tolist() == [640] and p.batch.pool_dram_tokens == 128
@@ -34,13 +34,13 @@ def test_on_start_prefix_hit_skips_cached_tokens_and_charges_pool_once():
 
 def test_admission_is_bounded():
     s = RankScheduler(SchedulerLimits(max_queue=2))
-    assert s.admit(Sequence(1, 10, 1)) and s.admit(Sequence(2, 10, 1))
-    assert not s.admit(Sequence(3, 10, 1))
+    assert s.admit(SeqState(1, 10, 1)) and s.admit(SeqState(2, 10, 1))
+    assert not s.admit(SeqState(3, 10, 1))
 
 
 def test_decode_cap_counters_and_leap():
     s = RankScheduler(SchedulerLimits(max_batch_seqs=2))
-    seqs = [Sequence(i, 100, out, computed_tokens=100) for i, out in enumerate((3, 5, 2))]
+    seqs = [SeqState(i, 100, out, computed_tokens=100) for i, out in enumerate((3, 5, 2))]
     for q in seqs:
         s.admit(q)
     p = s.schedule_decode()
@@ -56,7 +56,7 @@ def test_decode_cap_counters_and_leap():
 
 def test_decode_kv_capacity_holds_back_admission():
     s = RankScheduler(SchedulerLimits(max_batch_seqs=8, kv_tokens_capacity=200))
-    a, b = Sequence(1, 100, 10, computed_tokens=100), Sequence(2, 100, 10, computed_tokens=100)
+    a, b = SeqState(1, 100, 10, computed_tokens=100), SeqState(2, 100, 10, computed_tokens=100)
     s.admit(a)
     s.admit(b)
     assert s.schedule_decode().seqs == (a,)  # each reserves 110 tokens (prompt + outputs): 220 > 200
@@ -67,7 +67,7 @@ def test_decode_kv_capacity_holds_back_admission():
 
 def test_decode_load_tracks_context_without_walking_the_batch():
     s = RankScheduler(SchedulerLimits(max_batch_seqs=8))
-    a, b = Sequence(1, 100, 4, computed_tokens=100), Sequence(2, 300, 9, computed_tokens=300)
+    a, b = SeqState(1, 100, 4, computed_tokens=100), SeqState(2, 300, 9, computed_tokens=300)
     s.admit(a)
     s.admit(b)
     assert s.promote_decode() == [a, b]

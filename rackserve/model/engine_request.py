@@ -14,7 +14,7 @@ from rackserve.model.sampling import SamplingParams
 
 
 @dataclass
-class Request:
+class EngineRequest:
     request_id: str
     token_ids: list[int]  # prompt, then outputs
     num_prompt_tokens: int

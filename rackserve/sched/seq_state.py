@@ -11,7 +11,7 @@ from typing import Any
 
 
 @dataclass(eq=False)
-class Sequence:
+class SeqState:
     req_id: int
     prompt_tokens: int
     output_tokens: int
