@@ -20,6 +20,7 @@ class Instance:
     layout: Any  # the timing model's layout object
     gpus: int
     ranks: list[RankScheduler]
+    cache_tokens: int = 0  # prefill: each rank's HBM prefix cache (rackserve.sim.sizing)
     busy: bool = False
     plans: list[RankPlan] = field(default_factory=list)
     stepping_s: float = 0.0  # time the instance spent in steps

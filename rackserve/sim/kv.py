@@ -57,11 +57,11 @@ class RankCache:
 
 
 class ClusterKV:
-    def __init__(self, ranks: Sequence[RankId], cache_blocks: int, pool: PoolLimits, block_tokens: int,
+    def __init__(self, cache_blocks: dict[RankId, int], pool: PoolLimits, block_tokens: int,
                  block_bytes: int, index: PrefixIndex) -> None:
         self.block_tokens = block_tokens
         self.block_bytes = block_bytes
-        self.caches = {key: RankCache(cache_blocks, Publisher(key[0], key[1])) for key in ranks}
+        self.caches = {key: RankCache(n, Publisher(key[0], key[1])) for key, n in cache_blocks.items()}
         self.pool = PoolTiers(pool)
         self.index = index
 

@@ -21,24 +21,31 @@ from rackserve.workload.spec import (
     parse_workload,
 )
 
-KV_BYTES_PER_TOKEN = 890  # DeepSeek-V4.1-Flash compressed KV in HBM per token (REFERENCE.md)
-
 
 class SimSettings(BaseModel):
-    """Per-rank scheduler limits and cache sizes of the emulated deployment (target tokens)."""
+    """The simulator's own fields. Capacities and batch limits are derived from the specs
+    (rackserve.sim.sizing); the fields marked OVERRIDE replace a derived value only when set."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    prefill_chunk_tokens: int = Field(16384, gt=0, description="prefill tokens per step per rank")
-    prefill_max_batch_seqs: int = Field(64, gt=0)
-    decode_max_batch_seqs: int = Field(256, gt=0, description="sequences per decode step per DP rank")
+    max_num_seqs: int | None = Field(None, gt=0, description="vLLM max_num_seqs (None: vLLM default 1024)")
+    max_num_batched_tokens: int | None = Field(
+        None, gt=0, description="vLLM max_num_batched_tokens = prefill tokens per step per rank (None: 8192)")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="vLLM's (None: 0.9)")
+    decode_context_tokens: int | None = Field(
+        None, gt=0, description="KV budget per decode slot; the rest of a decode GPU is lent to the pool (None: 200k)")
+    prefill_chunk_tokens: int | None = Field(None, gt=0, description="OVERRIDE of max_num_batched_tokens for prefill")
+    prefill_max_batch_seqs: int | None = Field(None, gt=0, description="OVERRIDE of max_num_seqs for prefill")
+    decode_max_batch_seqs: int | None = Field(None, gt=0, description="OVERRIDE of the decode batch limit")
     max_queue_per_rank: int = Field(100_000, gt=0, description="waiting + running; more is rejected")
-    rank_cache_tokens: int = Field(40_000_000, gt=0, description="prefill rank HBM prefix cache")
-    decode_kv_tokens_per_rank: int | None = Field(None, gt=0, description="decode rank KV capacity")
-    kv_bytes_per_token: int = Field(KV_BYTES_PER_TOKEN, gt=0)
+    rank_cache_tokens: int | None = Field(None, gt=0, description="OVERRIDE of the prefill rank's HBM prefix cache")
+    decode_kv_tokens_per_rank: int | None = Field(None, gt=0, description="OVERRIDE of the decode rank's KV budget")
     kv_block_multiple: int = Field(
         1, gt=0, description="track KV in groups of this many target blocks (1 = exact; 8 = 512 tokens, faster)")
     horizon_s: float | None = Field(None, gt=0, description="ignore arrivals after this time")
+    measure_start_s: float = Field(0.0, ge=0, description="start of the measured window (simulated s)")
+    measure_duration_s: float | None = Field(
+        None, gt=0, description="length of the measured window; the run stops at its end (AgentX: >= 900 s)")
 
 
 @dataclass(frozen=True)

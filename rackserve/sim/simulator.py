@@ -34,6 +34,7 @@ from rackserve.sim.instances import Instance, Leap
 from rackserve.sim.kv import ClusterKV, pool_limits
 from rackserve.sim.metrics import Flight, MetricsCollector, SimResult, pct
 from rackserve.sim.scenario import Scenario
+from rackserve.sim.sizing import size_scenario
 from rackserve.timing.batch import RankBatch, StepBatch
 from rackserve.workload.request import Request
 from rackserve.workload.source import ArrivalSource
@@ -84,18 +85,19 @@ class Simulator:
         self.target_block_tokens = cfg.timing.target_block_tokens
         self.block_tokens = self.target_block_tokens * self.group
         self.now = 0.0
+        self.sizing = size_scenario(scenario)
         self.metrics = MetricsCollector()
         self.queue = EventQueue()
         self.prefill = self._build("prefill", cfg.deployment.prefill)
         self.decode = self._build("decode", cfg.deployment.decode)
         self.router = Router(make_policy(policy, PolicySettings(cost=router_cost(timing, scenario), seed=cfg.routing.seed)))
-        sim = scenario.sim
-        block_bytes = sim.kv_bytes_per_token * self.block_tokens
-        pool = pool_limits(cfg.pool.hbm_capacity_bytes, cfg.pool.dram_capacity_bytes,
+        sz = self.sizing
+        block_bytes = int(sz.kv_bytes_per_token * self.block_tokens)
+        pool = pool_limits(int(sz.pool_hbm.capacity_bytes), int(sz.pool_dram.capacity_bytes),
                            cfg.pool.high_watermark, cfg.pool.low_watermark)
-        keys = [(inst.name, r) for inst in self.prefill for r in range(len(inst.ranks))]
-        self.kv = ClusterKV(keys, max(1, sim.rank_cache_tokens // self.block_tokens), pool,
-                            self.block_tokens, block_bytes, self.router.index)
+        caches = {(inst.name, r): max(1, inst.cache_tokens // self.block_tokens)
+                  for inst in self.prefill for r in range(len(inst.ranks))}
+        self.kv = ClusterKV(caches, pool, self.block_tokens, block_bytes, self.router.index)
         self._where = {inst.name: (i, "prefill") for i, inst in enumerate(self.prefill)}
         self._where.update({inst.name: (i, "decode") for i, inst in enumerate(self.decode)})
         self._states = {key: self._state(key) for key in self._all_keys()}
@@ -106,21 +108,22 @@ class Simulator:
 
     # ---- construction ---------------------------------------------------------------------------
     def _build(self, role: str, groups: list) -> list[Instance]:
-        sim = self.scenario.sim
+        sim, sz = self.scenario.sim, self.sizing
         out: list[Instance] = []
-        for group in groups:
+        for g, group in enumerate(groups):
             layout = make_layout(self.timing, group.layout, group.gpus)
             for _ in range(group.count):
                 idx = len(out)
                 name = f"{role}-{idx}"
                 if role == "prefill":
-                    limits = SchedulerLimits(sim.prefill_chunk_tokens, sim.prefill_max_batch_seqs, sim.max_queue_per_rank)
+                    limits = SchedulerLimits(sz.prefill_chunk_tokens, sz.prefill_max_seqs, sim.max_queue_per_rank)
                     ranks = [RankScheduler(limits, self._on_prefill_start(name, r)) for r in range(group.dp_ranks)]
+                    cache = sz.prefill_cache_tokens[g]
                 else:
-                    limits = SchedulerLimits(1, sim.decode_max_batch_seqs, sim.max_queue_per_rank,
-                                             sim.decode_kv_tokens_per_rank)
+                    limits = SchedulerLimits(1, sz.decode_max_seqs[g], sim.max_queue_per_rank, sz.decode_kv_tokens[g])
                     ranks = [RankScheduler(limits) for _ in range(group.dp_ranks)]
-                out.append(Instance(name, group.layout, layout, group.gpus, ranks))
+                    cache = 0
+                out.append(Instance(name, group.layout, layout, group.gpus, ranks, cache_tokens=cache))
         return out
 
     def _all_keys(self) -> list[tuple[str, int]]:

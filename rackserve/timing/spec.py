@@ -80,6 +80,9 @@ class HardwareSpec(_Spec):
     host_link_bw_bytes_per_s: float = Field(gt=0)
     host_dram_bw_bytes_per_s: float = Field(gt=0)
     kv_block_overhead_s: float = Field(ge=0, description="per KV block moved between pool and rank")
+    gpus_per_tray: int = Field(4, gt=0, description="GPUs sharing one host (tray / node)")
+    host_dram_bytes_per_tray: float | None = Field(None, gt=0, description="host DRAM of one tray (pool tier)")
+    nic_rdma_bw_bytes_per_s: float | None = Field(None, gt=0, description="RDMA NIC per GPU, each direction")
     efficiency: Efficiency
     microarch: Microarch
 
@@ -184,6 +187,7 @@ class EngramSpec(_Spec):
     layers: list[int]
     rows_per_token: int = Field(gt=0)
     row_bytes: float = Field(gt=0)
+    table_rows: list[int] = Field(default_factory=list, description="rows of each table (HBM they take)")
 
 
 class ModelSpec(_Spec):

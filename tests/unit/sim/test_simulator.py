@@ -92,7 +92,7 @@ def test_rank_idle_is_zero_for_identical_work_and_positive_otherwise(timing):
 
 def test_leaping_decode_matches_step_by_step_time(timing):
     prompt, out = 1000, 101  # odd step count: the middle step's context is the exact mean
-    res = _run(_scenario(prefill=1, decode_ranks=1), timing,
+    res = _run(_scenario(prefill=1, decode_ranks=2), timing,
                [Request(0, 0.0, prompt, out, tuple(range(15)))])
     t = timing
     prefill_s = t.PREFILL_S_PER_TOKEN * prompt + t.PREFILL_ATTN_S * prompt * prompt
@@ -106,7 +106,7 @@ def test_leaping_decode_matches_step_by_step_time(timing):
 
 def test_newcomer_joins_the_running_batch_at_the_next_step_boundary(timing):
     reqs = [Request(0, 0.0, 640, 1001, tuple(range(10))), Request(1, 0.5, 640, 11, tuple(range(100, 110)))]
-    res = _run(_scenario(prefill=1, decode_ranks=1), timing, reqs)
+    res = _run(_scenario(prefill=1, decode_ranks=2), timing, reqs)
     # the second request neither waits for the first to finish (~2 s) nor breaks the batch
     assert res.completed == 2 and max(res.ttft_samples) < 0.1
 
