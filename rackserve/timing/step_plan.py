@@ -21,9 +21,11 @@ from operator import attrgetter
 import numpy as np
 
 from rackserve.timing.batch import StepBatch, StepCost
+from rackserve.timing.cost_context import MEMO_LIMIT, CostContext
 from rackserve.timing.layout import Layout
+from rackserve.timing.parts import Bundle, label
 from rackserve.timing.roofline import domain_bw_factor
-from rackserve.timing.step_cost import COMM, MEMO_LIMIT, Bundle, CostContext, _token_bundle
+from rackserve.timing.step_cost import token_bundle
 
 _NEW = attrgetter("new_tokens")
 _CACHED = attrgetter("cached_tokens")
@@ -244,7 +246,7 @@ def fast_step_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transf
     tokens_full = groups[0].tokens
     lg = ctx.groups[plan.phase]
     bundles = [
-        _token_bundle(
+        token_bundle(
             ctx, lay, plan.phase, lg, g.gp.gi, g.tokens, g.seqs, tokens_full, batch.expert_tokens
         )
         for g in groups
@@ -353,7 +355,7 @@ def _decode_entry(ctx: CostContext, plan: StepPlan, lens: list[int], expert_toke
     key = tuple(lens) if expert_tokens is None else None
     tokens = np.array(lens, dtype=np.float64)
     lg = ctx.groups["decode"]
-    bundle = _token_bundle(ctx, plan.layout, "decode", lg, 0, tokens, tokens, tokens, expert_tokens)
+    bundle = token_bundle(ctx, plan.layout, "decode", lg, 0, tokens, tokens, tokens, expert_tokens)
     gp = plan.groups[0]
     base = bundle.attn_total + (tokens > 0) * (gp.d_const[0] + gp.d_const[1])
     starts = np.array(list(accumulate(lens[:-1], initial=0)), dtype=np.intp)
@@ -415,10 +417,7 @@ def _merged_tail(bundles: list[Bundle], ra: int) -> tuple[dict[str, float], dict
         for acc, part in zip((values, tc, tm), b.rank_view(ra), strict=True):
             for name, value in part.items():
                 acc[name] = acc.get(name, 0.0) + value
-    labels = {
-        n: "comm" if n in COMM else ("compute" if tc.get(n, 0.0) > tm.get(n, 0.0) else "memory")
-        for n in values
-    }
+    labels = {n: label(n, tc, tm) for n in values}
     for b in bundles:
         for name, value in b.crit_breakdown.items():
             values[name] = values.get(name, 0.0) + value
