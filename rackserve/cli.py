@@ -31,6 +31,14 @@ def bench(ctx: typer.Context) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "services.bench", *ctx.args])
 
 
+@app.command("tokenizer-path")
+def tokenizer_path() -> None:
+    """Print the folder of the model's Hugging Face tokenizer (for a load client's --tokenizer)."""
+    from rackserve.model.hf_tokenizer import path
+
+    print(path())
+
+
 @app.command()
 def demo(
     config: str | None = typer.Option(None, help="deployment YAML (default: built-in defaults)"),

@@ -14,7 +14,8 @@ SYSTEM = 259
 USER = 260
 ASSISTANT = 261
 END = 262  # closes one chat message
-VOCAB_SIZE = 264  # 263 used, padded to a multiple of 8
+RESERVED = 263  # never produced; pads the vocabulary to a multiple of 8
+VOCAB_SIZE = 264
 
 SPECIAL_TOKENS: dict[str, int] = {
     "<|pad|>": PAD,
@@ -24,14 +25,36 @@ SPECIAL_TOKENS: dict[str, int] = {
     "<|user|>": USER,
     "<|assistant|>": ASSISTANT,
     "<|end|>": END,
+    "<|reserved|>": RESERVED,
 }
 ROLE_TOKENS: dict[str, int] = {"system": SYSTEM, "user": USER, "assistant": ASSISTANT}
 _SPECIAL_NAMES = {v: k for k, v in SPECIAL_TOKENS.items()}
 
 
-def encode(text: str, *, bos: bool = False) -> list[int]:
+class UnencodableText(ValueError):
+    """Text with a character UTF-8 cannot encode (a lone surrogate such as an escaped "\\ud800")."""
+
+    def __init__(self, text: str, where: str = "text") -> None:
+        index = next(i for i, ch in enumerate(text) if 0xD800 <= ord(ch) <= 0xDFFF)
+        self.where, self.index, self.char = where, index, text[index]
+        super().__init__(
+            f"{where}: character {index} is a lone surrogate U+{ord(self.char):04X}, "
+            "which is not valid Unicode text and cannot be tokenized"
+        )
+
+
+def utf8(text: str, where: str = "text") -> bytes:
+    """`text` as UTF-8; UnencodableText (a ValueError naming `where` and the character) if it
+    holds a lone surrogate, the only str content UTF-8 cannot encode."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnencodableText(text, where) from None
+
+
+def encode(text: str, *, bos: bool = False, where: str = "text") -> list[int]:
     """UTF-8 bytes of `text` as ids, optionally after BOS."""
-    ids = list(text.encode("utf-8"))
+    ids = list(utf8(text, where))
     return [BOS, *ids] if bos else ids
 
 
@@ -77,7 +100,7 @@ def apply_chat_template(
         content = message.get("content")
         if not isinstance(content, str):
             raise ValueError(f"messages[{n}].content must be a string")
-        ids += [ROLE_TOKENS[role], *content.encode("utf-8"), END]
+        ids += [ROLE_TOKENS[role], *utf8(content, f"messages.{n}.content"), END]
     if add_generation_prompt:
         ids.append(ASSISTANT)
     return ids

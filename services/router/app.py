@@ -7,6 +7,7 @@ is in simulated seconds (the `rackserve` field of a response, or of the last str
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -17,30 +18,25 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rackserve.metrics import ProcessMetrics, RequestRecord
-from rackserve.model import tokenizer
+from rackserve.model import hf_tokenizer, tokenizer
 from services.router.detok import Detokenizer
 from services.router.openai_models import (
     ChatCompletionRequest,
     CompletionRequest,
-    PromptTokensDetails,
-    Timings,
-    Usage,
     error_body,
     new_id,
     now,
 )
 from services.router.orchestrator import Orchestrator, Sampling, Trip
+from services.router.prompt_ids import BadRequest, chat_prompt, check_model, completion_prompt
+from services.router.response_shape import Shape, timings_of, usage_of
+from services.router.sim_headers import sim_headers, stream_error_message
+from services.router.tokenize_routes import add_tokenize_routes
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CHAT_MAX_TOKENS = 256  # OpenAI's is "until the context ends"; bounded for a byte model
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's legacy default
-
-
-class BadRequest(Exception):
-    def __init__(
-        self, message: str, param: str | None = None, code: str | None = None, status: int = 400
-    ):
-        super().__init__(message)
-        self.param, self.code, self.status = param, code, status
 
 
 @dataclass
@@ -103,8 +99,12 @@ def create_app(door: FrontDoor) -> FastAPI:
     @app.get("/v1/rackserve/info")
     async def info() -> dict:
         """The twin's clock for clients (`rackserve bench`): wall seconds per simulated second."""
-        scale = door.metrics.registry.get_sample_value("rackserve_time_scale") or 0.0
-        return {"model": door.model_id, "time_scale": scale, "max_context": door.max_context}
+        return {
+            "model": door.model_id,
+            "time_scale": _time_scale(door),
+            "max_context": door.max_context,
+            "tokenizer": str(hf_tokenizer.path()),
+        }
 
     @app.get("/v1/models")
     async def models() -> dict:
@@ -113,32 +113,35 @@ def create_app(door: FrontDoor) -> FastAPI:
             "object": "model",
             "created": 0,
             "owned_by": "rackserve",
+            "root": door.model_id,
+            "parent": None,
             "max_model_len": door.max_context,
+            "tokenizer": str(hf_tokenizer.path()),  # a local folder: pass it as --tokenizer
+            "time_scale": _time_scale(door),
         }
         return {"object": "list", "data": [card]}
 
+    add_tokenize_routes(app, door)
+
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest) -> Response:
-        prompt = body.prompt if isinstance(body.prompt, list) else tokenizer.encode(body.prompt)
+        prompt = completion_prompt(body.prompt)
         prep = _prepare(door, body, prompt, DEFAULT_COMPLETION_MAX_TOKENS)
         echo = tokenizer.decode(prompt) if body.echo else ""
-        shape = _Shape("text_completion", door.model_id, chat=False, echo=echo)
+        shape = Shape("text_completion", door.model_id, chat=False, echo=echo)
         return await _serve(door, body, prep, shape)
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest) -> Response:
-        messages = [
-            {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-            for m in body.messages
-        ]
-        try:
-            prompt = tokenizer.apply_chat_template(messages)
-        except ValueError as exc:
-            raise BadRequest(str(exc), "messages") from None
+        prompt = chat_prompt(body.messages, body.add_generation_prompt)
         prep = _prepare(door, body, prompt, DEFAULT_CHAT_MAX_TOKENS)
-        return await _serve(door, body, prep, _Shape("chat.completion", door.model_id, chat=True))
+        return await _serve(door, body, prep, Shape("chat.completion", door.model_id, chat=True))
 
     return app
+
+
+def _time_scale(door: FrontDoor) -> float:
+    return door.metrics.registry.get_sample_value("rackserve_time_scale") or 0.0
 
 
 def _drain(door: FrontDoor, instance: str, draining: bool | None) -> dict:
@@ -161,7 +164,8 @@ def _install_errors(app: FastAPI) -> None:
         elif first.get("type") == "extra_forbidden":
             message = f"Unrecognized request argument supplied: {param}"
         else:
-            message = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
+            msg = str(first.get("msg")).removeprefix("Value error, ")
+            message = f"{param}: {msg}" if param else msg
         return JSONResponse(error_body(message, param), status_code=400)
 
     @app.exception_handler(BadRequest)
@@ -172,10 +176,17 @@ def _install_errors(app: FastAPI) -> None:
     async def worker_failed(_: Request, exc: grpc.aio.AioRpcError) -> JSONResponse:
         if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # the worker named the bad field
             return JSONResponse(error_body(exc.details() or "invalid request"), status_code=400)
+        log.warning("worker call failed: %s %s", exc.code().name, exc.details())
         return JSONResponse(
             error_body(f"worker unavailable: {exc.code().name}", kind="server_error"),
             status_code=503,
         )
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        body = error_body("internal server error (details in the router log)", kind="server_error")
+        return JSONResponse(body, status_code=500)
 
     @app.exception_handler(StarletteHTTPException)
     async def http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -189,10 +200,7 @@ def _prepare(
     prompt: list[int],
     default_max: int,
 ) -> Prepared:
-    if body.model != door.model_id:
-        raise BadRequest(
-            f"The model `{body.model}` does not exist.", "model", "model_not_found", 404
-        )
+    check_model(door.model_id, body.model)
     if any(t >= tokenizer.VOCAB_SIZE for t in prompt):
         raise BadRequest(f"prompt: token ids must be below {tokenizer.VOCAB_SIZE}", "prompt")
     room = door.max_context - len(prompt)
@@ -212,70 +220,15 @@ def _prepare(
             "context_length_exceeded",
         )
     seed = body.seed % 2**64 if body.seed is not None else 0  # int64 seeds -> the uint64 field
-    sampling = Sampling(max_tokens, body.temperature, body.top_p, seed, body.ignore_eos)
+    if body.min_tokens and body.min_tokens < max_tokens:
+        raise BadRequest(
+            f"min_tokens: only 0 or an exact output length (min_tokens = max_tokens = "
+            f"{max_tokens}) is served, got {body.min_tokens}",
+            "min_tokens",
+        )
+    ignore_eos = body.ignore_eos or body.min_tokens >= max_tokens  # min = max: exact length
+    sampling = Sampling(max_tokens, body.temperature, body.top_p, seed, ignore_eos)
     return Prepared(prompt, sampling, body.stop_strings())
-
-
-@dataclass(frozen=True)
-class _Shape:
-    """How to dress text as an OpenAI object (completion vs chat, echo)."""
-
-    obj: str
-    model: str
-    chat: bool
-    echo: str = ""
-
-    def choice(self, text: str, finish: str | None) -> dict:
-        if self.chat:
-            return {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": finish,
-                "logprobs": None,
-            }
-        return {"index": 0, "text": self.echo + text, "finish_reason": finish, "logprobs": None}
-
-    def delta(self, text: str, finish: str | None, first: bool) -> dict:
-        if self.chat:
-            delta = {"role": "assistant", "content": text} if first else {"content": text}
-            return {
-                "index": 0,
-                "delta": delta if text or first else {},
-                "finish_reason": finish,
-                "logprobs": None,
-            }
-        return {
-            "index": 0,
-            "text": (self.echo if first else "") + text,
-            "finish_reason": finish,
-            "logprobs": None,
-        }
-
-
-def _usage(trip: Trip) -> dict:
-    return Usage(
-        prompt_tokens=trip.prompt_tokens,
-        completion_tokens=trip.completion_tokens,
-        total_tokens=trip.prompt_tokens + trip.completion_tokens,
-        prompt_tokens_details=PromptTokensDetails(cached_tokens=trip.cached_tokens),
-    ).model_dump()
-
-
-def _timings(trip: Trip) -> dict:
-    return Timings(
-        ttft_s=trip.ttft_s,
-        queue_s=trip.queue_s,
-        prefill_s=trip.prefill_s,
-        kv_transfer_s=trip.kv_transfer_s,
-        first_decode_s=trip.first_decode_s,
-        e2e_s=trip.e2e_s,
-        tpot_s=trip.tpot_s,
-        prefill=trip.prefill,
-        decode=trip.decode,
-        local_hit_tokens=trip.local_hit_tokens,
-        pool_hit_tokens=trip.pool_hit_tokens,
-        pacing_lag_s=trip.pacing_lag_s,
-    ).model_dump()
 
 
 async def _run(
@@ -318,15 +271,12 @@ def _record(door: FrontDoor, trip: Trip, status: str) -> None:
 
 
 async def _serve(
-    door: FrontDoor, body: CompletionRequest | ChatCompletionRequest, prep: Prepared, shape: _Shape
+    door: FrontDoor, body: CompletionRequest | ChatCompletionRequest, prep: Prepared, shape: Shape
 ) -> Response:
     rid = new_id("chatcmpl" if shape.chat else "cmpl")
     trip = Trip(rid, len(prep.prompt))
     if body.stream:
-        usage = body.stream_options is not None and body.stream_options.include_usage
-        return StreamingResponse(
-            _sse(door, trip, prep, shape, usage), media_type="text/event-stream"
-        )
+        return await _stream(door, body, trip, prep, shape)
     door.metrics.front_door.in_flight.inc()
     status = "error"
     try:
@@ -346,14 +296,38 @@ async def _serve(
             "created": now(),
             "model": shape.model,
             "choices": [choice],
-            "usage": _usage(trip),
-            "rackserve": _timings(trip),
-        }
+            "usage": usage_of(trip),
+            "rackserve": timings_of(trip),
+        },
+        headers=sim_headers(trip, _time_scale(door), done=True),
     )
 
 
+async def _stream(
+    door: FrontDoor, body: CompletionRequest | ChatCompletionRequest, trip: Trip, prep: Prepared,
+    shape: Shape,
+) -> Response:
+    """Start the stream, then answer: the headers carry the simulated TTFT (known at the first
+    token), and a failure before the first token is a plain HTTP error, not a 200."""
+    options = body.stream_options
+    events = _sse(
+        door, trip, prep, shape, options is not None and options.usage_last,
+        options is not None and options.usage_every_chunk,
+    )
+    first = await anext(events)
+
+    async def chained() -> AsyncIterator[bytes]:
+        yield first
+        async for event in events:
+            yield event
+
+    headers = sim_headers(trip, _time_scale(door), done=False)
+    return StreamingResponse(chained(), media_type="text/event-stream", headers=headers)
+
+
 async def _sse(
-    door: FrontDoor, trip: Trip, prep: Prepared, shape: _Shape, include_usage: bool
+    door: FrontDoor, trip: Trip, prep: Prepared, shape: Shape, include_usage: bool,
+    every_chunk: bool,
 ) -> AsyncIterator[bytes]:
     obj = shape.obj + ".chunk" if shape.chat else shape.obj
     head = {"id": trip.request_id, "object": obj, "created": now(), "model": shape.model}
@@ -362,17 +336,24 @@ async def _sse(
     try:
         async for text, finish in _run(door, trip, prep):
             chunk = {**head, "choices": [shape.delta(text, finish, first)]}
+            if every_chunk:  # vLLM's continuous_usage_stats: the usage so far
+                chunk["usage"] = usage_of(trip, details=False)
             if finish is not None:
-                chunk["rackserve"] = _timings(trip)
+                chunk["rackserve"] = timings_of(trip)
             first = False
             yield _event(chunk)
         if include_usage:
-            yield _event({**head, "choices": [], "usage": _usage(trip)})
+            yield _event({**head, "choices": [], "usage": usage_of(trip)})
         status = "finished"
         yield b"data: [DONE]\n\n"
-    except Exception as exc:  # the stream has started: report in-band, as OpenAI does
+    except Exception as exc:
         status = "error"
-        yield _event(error_body(f"internal error: {exc}", kind="server_error"))
+        if first:  # nothing sent yet: the handler answers with an HTTP error
+            raise
+        # The stream has started: report in-band, as OpenAI does, with a short stable message;
+        # the details go to the log.
+        log.warning("request %s failed mid-stream", trip.request_id, exc_info=exc)
+        yield _event(error_body(stream_error_message(exc), kind="server_error"))
     finally:
         door.metrics.front_door.in_flight.dec()
         _record(door, trip, status)

@@ -1,7 +1,12 @@
 """OpenAI-shaped request, response, chunk and error bodies of the front door (pydantic).
 
-Requests forbid unknown fields, as OpenAI does ("Unrecognized request argument"); parameters that
-OpenAI accepts but the twin does not implement are accepted and validated, then ignored.
+The request surface is vLLM's OpenAI server's (vllm/entrypoints/openai/completion/protocol.py and
+chat_completion/protocol.py): every field vLLM accepts is accepted here. Fields that do not change
+this model's output (request_id, priority, skip_special_tokens, ...) are accepted and ignored;
+fields whose non-default value this server cannot honour (top_k, beam search, tools, ...) are
+accepted at their default and otherwise get a 400 naming the field. A field vLLM does not know
+either gets OpenAI's "Unrecognized request argument supplied" (vLLM ignores such fields, which
+hides typos).
 """
 
 from __future__ import annotations
@@ -10,12 +15,53 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    include_usage: bool = False
+    include_usage: bool | None = False
+    continuous_usage_stats: bool | None = False  # vLLM's: usage (so far) in every chunk
+
+    @property
+    def usage_last(self) -> bool:
+        return bool(self.include_usage)
+
+    @property
+    def usage_every_chunk(self) -> bool:
+        """vLLM sends per-chunk usage only when include_usage is set too."""
+        return bool(self.include_usage and self.continuous_usage_stats)
+
+
+# vLLM sampling / extra fields that change output: accepted only at these neutral values.
+NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "use_beam_search": (False,),
+    "top_k": (None, 0, -1),
+    "min_p": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+    "length_penalty": (1, 1.0),
+    "stop_token_ids": (None, []),
+    "include_stop_str_in_output": (False,),
+    "truncate_prompt_tokens": (None,),
+    "allowed_token_ids": (None,),
+    "prompt_logprobs": (None,),
+    "logprob_token_ids": (None,),
+    "bad_words": (None, []),
+    "prompt_embeds": (None,),
+    "structured_outputs": (None,),
+    "repetition_detection": (None,),
+    "thinking_token_budget": (None, -1),
+    "ec_transfer_params": (None,),
+    "watermarking": (None, False),
+    "logits_processors": (None,),
+}
 
 
 class _Request(BaseModel):
@@ -35,7 +81,64 @@ class _Request(BaseModel):
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     ignore_eos: bool = False  # vLLM's extension: decode to max_tokens even past EOS
-    return_token_ids: bool = False  # vLLM's extension: each choice also carries its token ids
+    return_token_ids: bool | None = False  # vLLM's extension: each choice also carries its ids
+    min_tokens: int = Field(0, ge=0)  # vLLM's: 0, or >= max_tokens (an exact output length)
+    # vLLM's fields that do not change this model's output: accepted, ignored.
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    add_special_tokens: bool | None = None
+    priority: int = 0
+    request_id: str | None = None
+    session_id: str | None = None
+    cache_salt: str | None = Field(None, min_length=1, max_length=1024)
+    kv_transfer_params: dict[str, Any] | None = None
+    vllm_xargs: dict[str, Any] | None = None
+    stream_interval: int | None = Field(None, ge=1)
+    return_tokens_as_token_ids: bool | None = None
+    truncation_side: Literal["left", "right"] | None = None
+    response_format: dict[str, Any] | None = None
+    # vLLM's fields that change output: accepted at their neutral value only (NEUTRAL).
+    use_beam_search: bool = False
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    length_penalty: float = 1.0
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    truncate_prompt_tokens: int | None = None
+    allowed_token_ids: list[int] | None = None
+    prompt_logprobs: int | None = None
+    prompt_embeds: Any = None
+    logprob_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    repetition_detection: dict[str, Any] | None = None
+    thinking_token_budget: int | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    watermarking: bool | None = None
+    logits_processors: list[Any] | None = None
+
+    @field_validator(*NEUTRAL, mode="after")
+    @classmethod
+    def _neutral_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if value not in NEUTRAL[info.field_name]:
+            raise ValueError(
+                f"not supported by this server (only {NEUTRAL[info.field_name][0]!r} is served)"
+            )
+        return value
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_only(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and value.get("type", "text") != "text":
+            raise ValueError("only {'type': 'text'} is served (no structured output)")
+        return value
+
+    @model_validator(mode="after")
+    def _min_tokens(self) -> _Request:
+        if self.min_tokens and self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens")
+        return self
 
     @field_validator("stop")
     @classmethod
@@ -52,20 +155,31 @@ class _Request(BaseModel):
 
 
 class CompletionRequest(_Request):
-    prompt: str | list[int] = Field(description="text, or token ids")
-    echo: bool = False
+    prompt: str | list[int] | list[str] | list[list[int]] = Field(description="text, or token ids")
+    echo: bool | None = False
     logprobs: int | None = Field(None, ge=0, le=0, description="logprobs are not served")
     best_of: int | None = Field(None, ge=1, le=1)
     suffix: str | None = None
+    max_completion_tokens: int | None = Field(None, ge=1)  # sent by some clients; = max_tokens
 
     @field_validator("prompt")
     @classmethod
-    def _prompt_not_empty(cls, value: str | list[int]) -> str | list[int]:
+    def _one_prompt(cls, value: Any) -> str | list[int]:
+        if isinstance(value, list) and value and not isinstance(value[0], int):
+            if len(value) != 1:  # vLLM's batch form: one choice per prompt, n=1 here
+                raise ValueError(f"one prompt per request is served, got {len(value)}")
+            value = value[0]
         if len(value) == 0:
             raise ValueError("prompt must not be empty")
         if isinstance(value, list) and any(t < 0 for t in value):
             raise ValueError("prompt token ids must be non-negative")
         return value
+
+    @model_validator(mode="after")
+    def _one_max(self) -> CompletionRequest:
+        if self.max_tokens is None and self.max_completion_tokens is not None:
+            self.max_tokens = self.max_completion_tokens
+        return self
 
 
 class TextPart(BaseModel):
@@ -91,14 +205,73 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(_Request):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool = False
+    logprobs: bool | None = False
     top_logprobs: int | None = Field(None, ge=0, le=0)
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None  # the template takes none: ignored
+    parallel_tool_calls: bool | None = None
+    include_reasoning: bool = True
+    reasoning_effort: str | None = None
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    echo: bool = False
+    continue_final_message: bool = False
+    chat_template: str | None = None
+    documents: list[Any] | None = None
+    mm_processor_kwargs: dict[str, Any] | None = None
+
+    @field_validator("tools", "documents", "chat_template", "mm_processor_kwargs")
+    @classmethod
+    def _none_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if value:
+            raise ValueError("not supported by this server (a text model without tools)")
+        return value
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _no_tool_choice(cls, value: Any) -> Any:
+        if value not in (None, "none", "auto"):
+            raise ValueError("not supported by this server (no tools)")
+        return value
+
+    @field_validator("echo", "continue_final_message")
+    @classmethod
+    def _false_only(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("not supported by this server")
+        return value
 
     @model_validator(mode="after")
-    def _one_max(self) -> ChatCompletionRequest:
+    def _one_max_chat(self) -> ChatCompletionRequest:
         if self.max_completion_tokens is not None:
             self.max_tokens = self.max_completion_tokens
         return self
+
+
+class TokenizeRequest(BaseModel):
+    """vLLM's /tokenize body: a `prompt` (completion form) or `messages` (chat form)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_generation_prompt: bool = True
+    add_special_tokens: bool | None = None
+    return_token_strs: bool | None = False
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> TokenizeRequest:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give exactly one of prompt or messages")
+        return self
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    tokens: list[int] = Field(min_length=0)
 
 
 class PromptTokensDetails(BaseModel):
