@@ -32,6 +32,12 @@ class Instance:
         self.rank_busy_s = [0.0] * len(self.ranks)
         self.rank_idle_s = [0.0] * len(self.ranks)
 
+    def start_window(self) -> None:
+        """Forget what happened before the measured window (its figures start now)."""
+        self.stepping_s, self.steps = 0.0, 0
+        self.rank_busy_s = [0.0] * len(self.ranks)
+        self.rank_idle_s = [0.0] * len(self.ranks)
+
     def account(self, cost: StepCost, steps: int) -> None:
         """Charge `steps` identical steps of `cost` to the instance and each rank."""
         total = cost.total_s

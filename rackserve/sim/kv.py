@@ -1,11 +1,16 @@
 """The simulated cluster's KV: each prefill rank's HBM prefix cache, the rack pool, the router index.
 
 Every change a cache or the pool makes is published as KV events and applied to the router's
-prefix index at once, so routing sees what the live router would see with zero event lag.
+prefix index at once (zero event lag). Pool traffic takes time on its paths (sim/pool_paths.py): a
+rank's fetch of pooled blocks finishes when its bytes have crossed, and a put's blocks enter the pool
+(and the index) only when its write commits, so a turn arriving meanwhile misses them. Tokens
+computed again because their blocks were lost are counted by the tier that lost them ("in_flight":
+the put had not committed yet).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -13,6 +18,7 @@ from rackserve.kv.events import EventSequencer, KVEvent, Publisher
 from rackserve.kv.pool_tiers import BlockPut, PoolLimits, PoolTiers
 from rackserve.routing.index import PrefixIndex
 from rackserve.routing.view import PrefixHit, RankId
+from rackserve.sim.pool_paths import PoolPaths
 
 
 class RankCache:
@@ -58,15 +64,36 @@ class RankCache:
 
 class ClusterKV:
     def __init__(self, cache_blocks: dict[RankId, int], pool: PoolLimits, block_tokens: int,
-                 block_bytes: int, index: PrefixIndex) -> None:
+                 block_bytes: int, index: PrefixIndex, paths: PoolPaths | None = None) -> None:
         self.block_tokens = block_tokens
         self.block_bytes = block_bytes
         self.caches = {key: RankCache(n, Publisher(key[0], key[1])) for key, n in cache_blocks.items()}
         self.pool = PoolTiers(pool)
         self.index = index
+        self.paths = paths
+        self.recomputed_tokens: dict[str, int] = {"rank_hbm": 0, "pool_hbm": 0, "pool_dram": 0, "in_flight": 0}
+        self._commits: list[tuple[float, int]] = []  # (finish time, txn) of puts still crossing
+        self._lost: dict[int, str] = {}  # block hash -> tier it was dropped from (gone everywhere)
 
-    def delivered_hit(self, rank: RankId, hashes: Sequence[int], prompt_tokens: int, now: float) -> PrefixHit:
-        """What a rank really finds when it starts a prompt: own HBM, then the pool (capped at prompt-1)."""
+    # ---- time ---------------------------------------------------------------------------------
+    def advance(self, now: float) -> None:
+        """Commit every put whose bytes have crossed by `now` (its blocks become visible)."""
+        commits = self._commits
+        if not commits or commits[0][0] > now:
+            return
+        while commits and commits[0][0] <= now:
+            done, txn = heapq.heappop(commits)
+            self.pool.commit(txn, done)
+        self._publish_pool()
+
+    # ---- reads --------------------------------------------------------------------------------
+    def delivered_hit(self, rank: RankId, hashes: Sequence[int], prompt_tokens: int, now: float
+                      ) -> tuple[PrefixHit, float]:
+        """What a rank really finds when it starts a prompt (own HBM, then committed pool blocks;
+        capped at prompt - 1) and when the pooled part has arrived in its HBM."""
+        if prompt_tokens <= 0:
+            return PrefixHit(), now  # nothing to compute, nothing to find
+        self.advance(now)
         n_rank = self.caches[rank].match(hashes)
         rest = list(hashes[n_rank:])
         pool_match = self.pool.match_prefix(rest, now)
@@ -78,22 +105,68 @@ class ClusterKV:
         t_rank = min(n_rank * bs, room)
         t_phbm = min(n_phbm * bs, room - t_rank)
         t_pdram = min((pool_match.count - n_phbm) * bs, room - t_rank - t_phbm)
-        return PrefixHit(t_rank, t_phbm, t_pdram)
+        self._count_lost(rest[pool_match.count:], min(len(rest) - pool_match.count, max(room // bs - n_rank, 0)))
+        ready = now
+        if self.paths is not None:
+            per_token = self.block_bytes / bs
+            ready = max(self.paths.transfer(now, rank, "pool_hbm", "read", t_phbm * per_token),
+                        self.paths.transfer(now, rank, "pool_dram", "read", t_pdram * per_token))
+        return PrefixHit(t_rank, t_phbm, t_pdram), ready
 
+    def _count_lost(self, missed: list[int], limit: int) -> None:
+        """Blocks about to be computed that existed before: pending in a put, or dropped by a tier.
+        Chained hashes: the first never-seen block ends the search (all later ones are new too)."""
+        lost, pool, bs = self._lost, self.pool, self.block_tokens
+        reason = "in_flight"
+        for h in missed[:limit]:
+            tier = lost.get(h)
+            if tier is None:
+                if not pool.is_known(h):
+                    return
+                # pending in a put, or stored but unreachable behind an earlier missing block
+                tier = "in_flight" if pool.tier_of(h) is None else reason
+            reason = tier
+            self.recomputed_tokens[tier] += bs
+
+    # ---- writes -------------------------------------------------------------------------------
     def store(self, rank: RankId, hashes: Sequence[int], computed_from: int, now: float) -> None:
-        """A rank finished a prompt: its blocks enter the rank's HBM; blocks [computed_from:] (the
-        ones it computed) are written to the pool."""
-        self.index.apply_all(self.caches[rank].store(hashes, None))
-        fresh = hashes[computed_from:]
-        if fresh:
-            parent = hashes[computed_from - 1] if computed_from else None
-            puts = [BlockPut(h, self.block_bytes) for h in fresh]
-            res = self.pool.reserve(puts, f"{rank[0]}/{rank[1]}", now, parent_hash=parent)
-            if res.to_write:
-                self.pool.commit(res.txn, now)
-        events, _ = self.pool.drain()
+        """A rank finished a prompt: its blocks enter the rank's HBM at once; blocks [computed_from:]
+        (the ones it computed) are written to the pool and visible when the write commits."""
+        self.advance(now)
+        events = self.caches[rank].store(hashes, None)
         self.index.apply_all(events)
+        for ev in events:
+            if ev.kind == "removed":
+                for h in ev.block_hashes:
+                    if not self.pool.is_known(h):
+                        self._lost[h] = "rank_hbm"
+        fresh = hashes[computed_from:]
+        if not fresh:
+            return
+        parent = hashes[computed_from - 1] if computed_from else None
+        puts = [BlockPut(h, self.block_bytes) for h in fresh]
+        res = self.pool.reserve(puts, f"{rank[0]}/{rank[1]}", now, parent_hash=parent)
+        written = len(res.to_write)
+        if written:
+            done = now if self.paths is None else self.paths.transfer(
+                now, rank, "pool_hbm", "write", written * self.block_bytes)
+            for h in (fresh[i] for i in res.to_write):
+                self._lost.pop(h, None)
+            if done <= now:
+                self.pool.commit(res.txn, now)
+            else:
+                heapq.heappush(self._commits, (done, res.txn))
+        self._publish_pool()
 
+    def _publish_pool(self) -> None:
+        events, dropped = self.pool.drain()
+        self.index.apply_all(events)
+        if dropped:
+            from_dram = {h for ev in events if ev.kind == "removed" and ev.tier == "pool_dram" for h in ev.block_hashes}
+            for h in dropped:
+                self._lost[h] = "pool_dram" if h in from_dram else "pool_hbm"
+
+    # ---- report -------------------------------------------------------------------------------
     def pool_occupancy(self) -> dict[str, float]:
         out = {}
         for tier in ("pool_hbm", "pool_dram"):

@@ -1,7 +1,9 @@
 """Per-request records and the run summary: completions, throughput per GPU, TTFT/TPOT, hit rates.
 
-Throughput per GPU counts cached + uncached input and output tokens of completed requests over the
-run's span; per-user speed is output tokens/s of one stream after its first token (1 / TPOT).
+Measured like AgentX: warm-up requests (Request.warmup) never count, and with a measured window
+(start, length) only requests that finish inside it count, over the window's length; without one,
+over the run's span. Throughput per GPU counts cached + uncached input and output tokens; per-user
+speed is output tokens/s of one stream after its first token (1 / TPOT).
 """
 
 from __future__ import annotations
@@ -32,9 +34,16 @@ class Flight:
     first_token: float = -1.0
 
 
+def is_warmup(request: Request) -> bool:
+    return bool(getattr(request, "warmup", False))
+
+
 @dataclass
 class MetricsCollector:
+    window_start_s: float = 0.0
+    window_end_s: float | None = None
     arrivals: int = 0
+    warmup_requests: int = 0
     rejected: int = 0
     ttft: list[float] = field(default_factory=list)
     tpot: list[float] = field(default_factory=list)
@@ -47,11 +56,22 @@ class MetricsCollector:
     first_arrival: float = float("inf")
     last_finish: float = 0.0
 
-    def on_arrival(self, now: float) -> None:
+    def in_window(self, now: float) -> bool:
+        end = self.window_end_s
+        return now >= self.window_start_s and (end is None or now < end)
+
+    def on_arrival(self, now: float, request: Request | None = None) -> None:
+        if request is not None and is_warmup(request):
+            self.warmup_requests += 1
+            return
+        if not self.in_window(now):
+            return
         self.arrivals += 1
         self.first_arrival = min(self.first_arrival, now)
 
-    def on_prefilled(self, flight: Flight) -> None:
+    def on_prefilled(self, flight: Flight, now: float | None = None) -> None:
+        if is_warmup(flight.request) or (now is not None and not self.in_window(now)):
+            return
         self.prompt_tokens_prefilled += flight.request.prompt_tokens
         self.hit_tokens["rank_hbm"] += flight.delivered.rank_hbm
         self.hit_tokens["pool_hbm"] += flight.delivered.pool_hbm
@@ -60,6 +80,8 @@ class MetricsCollector:
 
     def on_finish(self, flight: Flight, now: float) -> None:
         req = flight.request
+        if is_warmup(req) or not self.in_window(now):
+            return
         self.ttft.append(flight.first_token - req.arrival_s)
         if req.output_tokens > 1:
             span = now - flight.first_token
@@ -72,6 +94,13 @@ class MetricsCollector:
     @property
     def completed(self) -> int:
         return len(self.ttft)
+
+    def span_s(self) -> float:
+        """The measured window's length, or (no window) first measured arrival to last finish."""
+        if self.window_end_s is not None:
+            return self.window_end_s - self.window_start_s
+        start = self.first_arrival if self.arrivals else 0.0
+        return max(self.last_finish - start, 1e-12)
 
 
 @dataclass(frozen=True)
@@ -104,6 +133,10 @@ class SimResult:
     events: int
     wall_s: float
     cpu_s: float  # process CPU time of the run (wall time is noisy on a shared machine)
+    recomputed_tokens: dict[str, int] = field(default_factory=dict)  # by the tier that lost the blocks
+    pool_path_util: dict[str, float] = field(default_factory=dict)  # busy fraction of each pool path
+    sizing: dict = field(default_factory=dict)  # rackserve.sim.sizing.Sizing.to_dict()
+    warmup_requests: int = 0
     ttft_samples: list[float] = field(default_factory=list, repr=False)
 
     def to_dict(self, samples: bool = False) -> dict:

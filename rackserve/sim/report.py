@@ -29,6 +29,8 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("busy: prefill | decode", "{r.prefill_util:.1%} | {r.decode_util:.1%}"),
     ("pool occupancy HBM | DRAM", "{r.pool_occupancy[pool_hbm]:.1%} | {r.pool_occupancy[pool_dram]:.1%}"),
     ("evictions rank | pool HBM | pool DRAM", "{e[rank_hbm]} | {e[pool_hbm]} | {e[pool_dram]}"),
+    ("recomputed tok: rank | pHBM | pDRAM | in flight", "{rc[rank_hbm]:,} | {rc[pool_hbm]:,} | {rc[pool_dram]:,} | {rc[in_flight]:,}"),
+    ("pool path busy: HBM rd | DRAM rd (busiest port)", "{pu[hbm]:.1%} | {pu[dram]:.1%}"),
     ("simulated span (s) | wall (s)", "{r.span_s:,.1f} | {r.wall_s:,.2f}"),
 )
 
@@ -43,7 +45,10 @@ def summary_table(results: Sequence[SimResult]) -> Table:
         for r in results:
             ms = (r.ttft_p50_s * 1e3, r.ttft_p90_s * 1e3, r.ttft_p99_s * 1e3)
             tp = (r.tpot_p50_s * 1e3, r.tpot_p90_s * 1e3)
-            cells.append(fmt.format(r=r, ms=ms, tp=tp, h=r.hit_rate_by_tier, e=r.evictions))
+            rc = {"rank_hbm": 0, "pool_hbm": 0, "pool_dram": 0, "in_flight": 0, **r.recomputed_tokens}
+            pu = {"hbm": r.pool_path_util.get("pool_hbm_read_busiest_port", 0.0),
+                  "dram": r.pool_path_util.get("pool_dram_read_busiest_port", 0.0)}
+            cells.append(fmt.format(r=r, ms=ms, tp=tp, h=r.hit_rate_by_tier, e=r.evictions, rc=rc, pu=pu))
         table.add_row(label, *cells)
     return table
 

@@ -33,6 +33,7 @@ from rackserve.sim.events import (
 from rackserve.sim.instances import Instance, Leap
 from rackserve.sim.kv import ClusterKV, pool_limits
 from rackserve.sim.metrics import Flight, MetricsCollector, SimResult, pct
+from rackserve.sim.pool_paths import PoolPaths
 from rackserve.sim.scenario import Scenario
 from rackserve.sim.sizing import size_scenario
 from rackserve.timing.batch import RankBatch, StepBatch
@@ -86,7 +87,9 @@ class Simulator:
         self.block_tokens = self.target_block_tokens * self.group
         self.now = 0.0
         self.sizing = size_scenario(scenario)
-        self.metrics = MetricsCollector()
+        sim = scenario.sim
+        end = None if sim.measure_duration_s is None else sim.measure_start_s + sim.measure_duration_s
+        self.metrics = MetricsCollector(sim.measure_start_s, end)
         self.queue = EventQueue()
         self.prefill = self._build("prefill", cfg.deployment.prefill)
         self.decode = self._build("decode", cfg.deployment.decode)
@@ -97,7 +100,8 @@ class Simulator:
                            cfg.pool.high_watermark, cfg.pool.low_watermark)
         caches = {(inst.name, r): max(1, inst.cache_tokens // self.block_tokens)
                   for inst in self.prefill for r in range(len(inst.ranks))}
-        self.kv = ClusterKV(caches, pool, self.block_tokens, block_bytes, self.router.index)
+        paths = PoolPaths({"pool_hbm": sz.pool_hbm, "pool_dram": sz.pool_dram})
+        self.kv = ClusterKV(caches, pool, self.block_tokens, block_bytes, self.router.index, paths)
         self._where = {inst.name: (i, "prefill") for i, inst in enumerate(self.prefill)}
         self._where.update({inst.name: (i, "decode") for i, inst in enumerate(self.decode)})
         self._states = {key: self._state(key) for key in self._all_keys()}
@@ -152,8 +156,16 @@ class Simulator:
         wall, cpu = time.perf_counter(), time.process_time()
         for req in self.source.start():
             self.queue.push(Arrival(req.arrival_s, req))
+        start, end = self.metrics.window_start_s, self.metrics.window_end_s
+        windowed = start <= 0.0
         while self.queue:
             event = self.queue.pop()
+            if end is not None and event.time > end:
+                break  # the measured window is over
+            if not windowed and event.time >= start:
+                windowed = True
+                for inst in (*self.prefill, *self.decode):
+                    inst.start_window()
             self.now = event.time
             self._events += 1
             for new in event.handle(self):
@@ -173,7 +185,7 @@ class Simulator:
         horizon = self.scenario.sim.horizon_s
         if horizon is not None and now > horizon:
             return []
-        self.metrics.on_arrival(now)
+        self.metrics.on_arrival(now, req)
         view = RequestView(self._hashes(req), req.prompt_tokens, self.block_tokens, str(req.req_id))
         decision = self.router.route(view, self._cluster())
         p_idx, _ = self._where[decision.instance]
@@ -204,7 +216,7 @@ class Simulator:
         def start(seq: SeqState) -> None:
             flight: Flight = seq.payload
             req = flight.request
-            hit = self.kv.delivered_hit(key, self._hashes(req), req.prompt_tokens, self.now)
+            hit, _ready = self.kv.delivered_hit(key, self._hashes(req), req.prompt_tokens, self.now)
             flight.delivered = hit
             flight.prefill_start = self.now
             seq.computed_tokens = hit.total
@@ -238,7 +250,7 @@ class Simulator:
         self._update(key, queued_tokens=-(req.prompt_tokens - flight.predicted.total),
                      queued_work_s=-flight.queued_work_s)
         flight.prefill_end = now
-        self.metrics.on_prefilled(flight)
+        self.metrics.on_prefilled(flight, now)
         return KVArrive(now + self.timing.pd_transfer_s(req.prompt_tokens), flight)
 
     # ---- decode -----------------------------------------------------------------------------------
@@ -323,7 +335,7 @@ class Simulator:
     # ---- result -----------------------------------------------------------------------------------
     def _result(self, wall_s: float, cpu_s: float) -> SimResult:
         m = self.metrics
-        span = max(m.last_finish - (m.first_arrival if m.arrivals else 0.0), 1e-12)
+        span = m.span_s()
         gpus = self.scenario.gpus
         prompt = max(m.prompt_tokens_prefilled, 1)
         by_tier = {t: v / prompt for t, v in m.hit_tokens.items()}
@@ -349,4 +361,6 @@ class Simulator:
             prefill_util=util(self.prefill), decode_util=util(self.decode),
             pool_occupancy=self.kv.pool_occupancy(), evictions=self.kv.evictions(),
             events=self._events, wall_s=wall_s, cpu_s=cpu_s, ttft_samples=list(m.ttft),
+            recomputed_tokens=dict(self.kv.recomputed_tokens), pool_path_util=self.kv.paths.utilization(span),
+            sizing=self.sizing.to_dict(), warmup_requests=m.warmup_requests,
         )
