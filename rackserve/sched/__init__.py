@@ -1,1 +1,1 @@
-"""Per-rank batch scheduling shared by the simulator and the live workers."""
+"""The one per-rank scheduler of the live engine and the simulator: state, limits, KV ledger, output."""

@@ -1,150 +1,216 @@
-"""Per-rank batch scheduler: bounded admission, prefill chunks under a token budget, decode batch cap.
+"""The one per-rank scheduler of the live engine and the simulator (vLLM v1 policy).
 
-`schedule_prefill()` / `schedule_decode()` return a RankPlan whose RankBatch feeds the cost model;
-`commit_*()` advances the counters once the step (or a leap of identical decode steps) is done.
+Each `schedule()` fills a token budget (`max_num_batched_tokens`): running sequences first, those
+with a one-token (decode) step before chunked prefills, then waiting ones FCFS while fewer than
+`max_num_seqs` run. When a running sequence cannot get its blocks, the newest running sequence not
+yet scheduled this step is preempted (recompute: its blocks are released, its counters reset, it
+waits at the head of the queue and later resumes, finding whatever of its KV is still cached), so a
+step never fails for lack of KV. The result is a SchedulerOutput; `update()` applies it.
+
+Without a KV ledger (the simulator's prefill ranks and unbounded decode ranks) blocks are not
+counted. Decode ranks of the simulator also have a lazy path (`promote_decode`, `commit_decode`)
+that leaps k identical decode steps at once; without a ledger it is exactly k `schedule()` calls.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
 
 from rackserve.sched.decode_batch import DecodeBatch
+from rackserve.sched.kv_ledger import KVLedger
+from rackserve.sched.limits import SchedulerLimits
+from rackserve.sched.output import ScheduledSeq, SchedulerOutput
 from rackserve.sched.seq_state import SeqState
-from rackserve.timing.batch import RankBatch
 
 
-@dataclass(frozen=True)
-class SchedulerLimits:
-    chunk_tokens: int = 8192  # prefill tokens per step per rank
-    max_batch_seqs: int = 256  # sequences per step per rank
-    max_queue: int = 10_000  # waiting + running; beyond this a request is rejected
-    kv_tokens_capacity: int | None = None  # decode: KV tokens the rank's HBM holds
-
-    def __post_init__(self) -> None:
-        assert self.chunk_tokens > 0 and self.max_batch_seqs > 0 and self.max_queue > 0
-
-
-@dataclass(frozen=True)
-class RankPlan:
-    """One step's work on one rank: sequences, tokens each computes, and the cost-model batch."""
-
-    seqs: tuple[SeqState, ...]
-    new_tokens: tuple[int, ...]
-    batch: RankBatch
-
-    @property
-    def empty(self) -> bool:
-        return not self.seqs
-
-
-EMPTY_PLAN = RankPlan((), (), RankBatch.of([]))
+class QueueFull(Exception):
+    """The rank already holds `max_queue` sequences: admission pushes back (HTTP 429 upstream)."""
 
 
 class RankScheduler:
-    """FCFS scheduler of one DP rank. `on_start(seq)` runs when a waiting sequence is first scheduled
-    (the prefill rank looks up its prefix there, so blocks stored meanwhile are found)."""
+    """FCFS scheduler of one DP rank. `on_start(seq)` runs when a waiting sequence that never ran is
+    considered for a step (the simulator's prefill rank looks up its prefix there, so blocks stored
+    meanwhile are found); it runs again if the sequence could not be placed that step."""
 
-    def __init__(self, limits: SchedulerLimits, on_start: Callable[[SeqState], None] | None = None) -> None:
+    def __init__(
+        self,
+        limits: SchedulerLimits,
+        on_start: Callable[[SeqState], None] | None = None,
+        kv: KVLedger | None = None,
+    ) -> None:
         self.limits = limits
         self.on_start = on_start
+        self.kv = kv
         self.waiting: deque[SeqState] = deque()
-        self.running: list[SeqState] = []  # prefill sequences started on this rank
-        self.decoding = DecodeBatch()
-        self._reserved = 0  # decode: final context (prompt + all outputs) of running sequences
+        self.running: list[SeqState] = []  # started, in start order (newest last)
+        self.decoding = DecodeBatch()  # the lazy decode path's batch
+        self.num_preemptions = 0
+        self._reserved = 0  # lazy decode path: final context of the batch's sequences
+        self._seqs: dict[int | str, SeqState] = {}
+        self._step = 0
 
     def __len__(self) -> int:
-        return len(self.waiting) + len(self.running) + len(self.decoding)
+        return len(self._seqs)
+
+    def seq(self, req_id: int | str) -> SeqState:
+        return self._seqs[req_id]
 
     def admit(self, seq: SeqState) -> bool:
         """Queue a sequence; False (rejected) when the rank's queue is full."""
-        if len(self) >= self.limits.max_queue:
+        assert seq.req_id not in self._seqs, f"sequence {seq.req_id!r} is already here"
+        if len(self._seqs) >= self.limits.max_queue:
             return False
+        self._seqs[seq.req_id] = seq
         self.waiting.append(seq)
+        return True
+
+    def abort(self, req_id: int | str) -> bool:
+        """Drop a sequence wherever it is (releasing its blocks); False if it is not here."""
+        seq = self._seqs.pop(req_id, None)
+        if seq is None:
+            return False
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        if self.kv is not None:
+            self.kv.free(seq)
         return True
 
     def queued_prefill_tokens(self) -> int:
         return sum(s.prefill_left for s in self.running) + sum(s.prefill_left for s in self.waiting)
 
-    def schedule_prefill(self) -> RankPlan:
-        budget = self.limits.chunk_tokens
-        seqs: list[SeqState] = []
-        news: list[int] = []
-        for seq in self.running:
-            if budget <= 0 or len(seqs) >= self.limits.max_batch_seqs:
+    # -- one step --------------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        self._step += 1
+        budget = self.limits.max_num_batched_tokens
+        picked: list[ScheduledSeq] = []
+        done: set[int | str] = set()
+        preempted: list[int | str] = []
+        freed = 0
+        for seq in sorted(self.running, key=lambda s: s.pending > 1):  # decode steps first
+            if budget == 0:
                 break
-            take = min(seq.prefill_left, budget)
-            seqs.append(seq)
-            news.append(take)
-            budget -= take
-        while self.waiting and budget > 0 and len(seqs) < self.limits.max_batch_seqs:
-            seq = self._start(self.waiting.popleft())
+            if not seq.started:  # preempted earlier in this loop
+                continue
+            n = min(seq.pending, budget)
+            blocks = self._allocate(seq, n)
+            while blocks is None:
+                victim = next(s for s in reversed(self.running) if s.req_id not in done)
+                freed += self._preempt(victim)
+                preempted.append(victim.req_id)
+                if victim is seq:
+                    break
+                blocks = self._allocate(seq, n)
+            if blocks is None:
+                break
+            picked.append(self._take(seq, n, blocks))
+            done.add(seq.req_id)
+            budget -= n
+        while not preempted and self.waiting and budget > 0:
+            if len(self.running) >= self.limits.max_num_seqs:
+                break
+            seq = self.waiting[0]
+            self._start(seq)
+            n = min(seq.pending, budget)
+            blocks = self._allocate(seq, n)
+            if blocks is None:
+                break
+            self.waiting.popleft()
+            seq.started = True
             self.running.append(seq)
-            take = min(seq.prefill_left, budget)
-            if take == 0:
-                continue  # fully cached; finishes at commit without compute
-            seqs.append(seq)
-            news.append(take)
-            budget -= take
-        return self._plan(seqs, news)
+            picked.append(self._take(seq, n, blocks, resumed=seq.preemptions > 0))
+            budget -= n
+        return SchedulerOutput(self._step, tuple(picked), tuple(preempted), freed)
 
-    def schedule_decode(self) -> RankPlan:
-        """Admit waiting sequences into the batch and plan one step over all of them."""
-        self.promote_decode()
-        seqs = self.decoding.sync()
-        return self._plan(seqs, [1] * len(seqs)) if seqs else EMPTY_PLAN
+    def update(self, out: SchedulerOutput, finished: Collection[int | str] = ()) -> list[SeqState]:
+        """Apply a step: count computed tokens, sample where a sequence caught up, cache full
+        blocks. Sequences that sampled their last token, or that the caller names in `finished`
+        (EOS, context limit), leave and release their blocks; they are returned."""
+        ended = []
+        for s in out.seqs:
+            seq = self._seqs[s.req_id]
+            seq.computed_tokens += s.num_new_tokens
+            if self.kv is not None:
+                self.kv.commit_full(seq)
+            if seq.pending == 0:
+                seq.generated += 1
+            if seq.decode_left <= 0 or s.req_id in finished:
+                ended.append(seq)
+        for seq in ended:
+            self.running.remove(seq)
+            del self._seqs[seq.req_id]
+            if self.kv is not None:
+                self.kv.free(seq)
+        return ended
+
+    def _start(self, seq: SeqState) -> None:
+        if self.on_start is not None and seq.preemptions == 0:
+            self.on_start(seq)
+        if self.kv is not None:
+            seq.computed_tokens = max(seq.computed_tokens, self.kv.lookup(seq))
+        assert seq.pending > 0, "a prefix hit is capped so that at least one token is computed"
+
+    def _allocate(self, seq: SeqState, n: int) -> int | None:
+        return 0 if self.kv is None else self.kv.allocate(seq, n)
+
+    def _take(self, seq: SeqState, n: int, blocks: int, resumed: bool = False) -> ScheduledSeq:
+        """The scheduled entry; pool fetches are charged once, on the first step that has them."""
+        entry = ScheduledSeq(
+            seq.req_id,
+            n,
+            seq.computed_tokens,
+            blocks,
+            seq.pool_hbm_tokens,
+            seq.pool_dram_tokens,
+            resumed,
+        )
+        seq.pool_hbm_tokens = seq.pool_dram_tokens = 0
+        return entry
+
+    def _preempt(self, seq: SeqState) -> int:
+        """Recompute preemption: release the blocks, reset the counter, wait at the queue's head."""
+        self.running.remove(seq)
+        freed = self.kv.free(seq) if self.kv is not None else 0
+        seq.computed_tokens = 0
+        seq.started = False
+        seq.preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+        return freed
+
+    # -- the simulator's lazy decode path (no KV ledger) -------------------------------------------
+    def promote_decode(self) -> list[SeqState]:
+        """Move waiting sequences into the lazy decode batch while slots and the KV reservation
+        allow (FCFS, no overtaking), as `schedule()` would admit them without a ledger."""
+        assert self.kv is None, "the lazy decode path does not count blocks"
+        cap = self.limits.reserve_kv_tokens
+        joined = []
+        while self.waiting and len(self.decoding) < self.limits.max_num_seqs:
+            need = self.waiting[0].computed_tokens + self.waiting[0].decode_left
+            if cap is not None and self.decoding and self._reserved + need > cap:
+                break
+            seq = self.waiting.popleft()
+            self._reserved += need
+            self._start(seq)
+            seq.started = True
+            self.decoding.join(seq)
+            joined.append(seq)
+        return joined
 
     def decode_load(self) -> tuple[int, int]:
-        """(sequences, context tokens) of the decode batch, without walking it."""
+        """(sequences, context tokens) of the lazy decode batch, without walking it."""
         return len(self.decoding), self.decoding.context_tokens
 
     def decode_steps_to_next_finish(self) -> int:
         return self.decoding.steps_to_next_finish()
 
-    def commit_prefill(self, plan: RankPlan) -> list[SeqState]:
-        """Apply a prefill step; return sequences whose prompt is now fully computed."""
-        for seq, new in zip(plan.seqs, plan.new_tokens, strict=True):
-            seq.computed_tokens += new
-        done = [s for s in self.running if s.prefill_left == 0]
-        if done:
-            self.running = [s for s in self.running if s.prefill_left > 0]
-        return done
-
     def commit_decode(self, steps: int) -> list[SeqState]:
-        """Apply `steps` identical decode steps of the whole batch (at most up to its next finish);
-        return sequences that produced their last token."""
+        """Apply `steps` identical decode steps of the lazy batch (at most up to its next finish);
+        return the sequences that sampled their last token."""
         done = self.decoding.advance(steps)
-        self._reserved -= sum(s.computed_tokens for s in done)
+        for seq in done:
+            del self._seqs[seq.req_id]
+            self._reserved -= seq.computed_tokens
         return done
-
-    def _start(self, seq: SeqState) -> SeqState:
-        if self.on_start is not None:
-            self.on_start(seq)
-        return seq
-
-    def promote_decode(self) -> list[SeqState]:
-        """Move waiting sequences into the batch while slots and KV (reserved for the whole output,
-        so a running sequence never needs preempting) allow; FCFS, no overtaking. Returns them."""
-        cap = self.limits.kv_tokens_capacity
-        joined = []
-        while self.waiting and len(self.decoding) < self.limits.max_batch_seqs:
-            seq = self.waiting[0]
-            need = seq.computed_tokens + seq.decode_left
-            if cap is not None and self.decoding and self._reserved + need > cap:
-                break
-            self.decoding.join(self._start(self.waiting.popleft()))
-            self._reserved += need
-            joined.append(seq)
-        return joined
-
-    def _plan(self, seqs: list[SeqState], news: list[int]) -> RankPlan:
-        if not seqs:
-            return EMPTY_PLAN
-        cached = [s.computed_tokens for s in seqs]
-        pool_hbm = sum(s.pool_hbm_tokens for s in seqs)
-        pool_dram = sum(s.pool_dram_tokens for s in seqs)
-        for s in seqs:  # pool fetches are charged once, on the first step that includes them
-            s.pool_hbm_tokens = s.pool_dram_tokens = 0
-        batch = RankBatch.of(news, cached, pool_hbm_tokens=pool_hbm, pool_dram_tokens=pool_dram)
-        return RankPlan(tuple(seqs), tuple(news), batch)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rackserve.sched.scheduler import RankPlan, RankScheduler
+from rackserve.sched.output import SchedulerOutput
+from rackserve.sched.scheduler import RankScheduler
 from rackserve.timing.batch import StepCost
 
 
@@ -22,7 +23,7 @@ class Instance:
     ranks: list[RankScheduler]
     cache_tokens: int = 0  # prefill: each rank's HBM prefix cache (rackserve.sim.sizing)
     busy: bool = False
-    plans: list[RankPlan] = field(default_factory=list)
+    plans: list[SchedulerOutput] = field(default_factory=list)
     stepping_s: float = 0.0  # time the instance spent in steps
     rank_busy_s: list[float] = field(default_factory=list)
     rank_idle_s: list[float] = field(default_factory=list)

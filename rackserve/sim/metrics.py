@@ -45,6 +45,7 @@ class MetricsCollector:
     arrivals: int = 0
     warmup_requests: int = 0
     rejected: int = 0
+    preemptions: int = 0  # decode sequences that lost their KV (recompute) when blocks ran out
     ttft: list[float] = field(default_factory=list)
     tpot: list[float] = field(default_factory=list)
     user_tps: list[float] = field(default_factory=list)
@@ -137,6 +138,7 @@ class SimResult:
     pool_path_util: dict[str, float] = field(default_factory=dict)  # busy fraction of each pool path
     sizing: dict = field(default_factory=dict)  # rackserve.sim.sizing.Sizing.to_dict()
     warmup_requests: int = 0
+    preemptions: int = 0  # vllm:num_preemptions_total of the decode ranks
     ttft_samples: list[float] = field(default_factory=list, repr=False)
 
     def to_dict(self, samples: bool = False) -> dict:

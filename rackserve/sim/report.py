@@ -18,6 +18,7 @@ from rackserve.sim.metrics import SimResult  # noqa: E402
 ROWS: tuple[tuple[str, str], ...] = (
     ("requests completed", "{r.completed} / {r.arrivals}"),
     ("rejected", "{r.rejected}"),
+    ("preemptions (decode KV full)", "{r.preemptions}"),
     ("throughput / GPU (in+out tok/s)", "{r.throughput_per_gpu:,.0f}"),
     ("output tok/s / GPU", "{r.output_tps_per_gpu:,.0f}"),
     ("tok/s/user P50 | P90", "{r.user_tps_p50:,.1f} | {r.user_tps_p90:,.1f}"),

@@ -39,7 +39,11 @@ class SimSettings(BaseModel):
     decode_max_batch_seqs: int | None = Field(None, gt=0, description="OVERRIDE of the decode batch limit")
     max_queue_per_rank: int = Field(100_000, gt=0, description="waiting + running; more is rejected")
     rank_cache_tokens: int | None = Field(None, gt=0, description="OVERRIDE of the prefill rank's HBM prefix cache")
-    decode_kv_tokens_per_rank: int | None = Field(None, gt=0, description="OVERRIDE of the decode rank's KV budget")
+    decode_kv_tokens_per_rank: int | None = Field(
+        None, gt=0, description="OVERRIDE of the decode rank's KV budget; when set, decode ranks count blocks and "
+        "preempt the newest sequence (recompute) when full, instead of reserving each request's whole output")
+    decode_max_num_batched_tokens: int = Field(
+        8192, gt=0, description="decode rank token budget per step (vLLM default; bounds resumed recompute)")
     kv_block_multiple: int = Field(
         1, gt=0, description="track KV in groups of this many target blocks (1 = exact; 8 = 512 tokens, faster)")
     horizon_s: float | None = Field(None, gt=0, description="ignore arrivals after this time")

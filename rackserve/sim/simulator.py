@@ -15,11 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from rackserve.kv.block_cache import BlockCache
 from rackserve.routing.policy import PolicySettings, make_policy
 from rackserve.routing.router import Router
 from rackserve.routing.timing_cost import TimingCost
 from rackserve.routing.view import ClusterView, RankState, RequestView
-from rackserve.sched.scheduler import RankScheduler, SchedulerLimits
+from rackserve.sched.kv_ledger import KVLedger, SyntheticIdentity
+from rackserve.sched.limits import SchedulerLimits
+from rackserve.sched.scheduler import RankScheduler
 from rackserve.sched.seq_state import SeqState
 from rackserve.sim.events import (
     Arrival,
@@ -69,6 +72,10 @@ def _decode_rank_batch(seqs: int, context_tokens: int, extra: int) -> RankBatch:
     cached = np.full(seqs, context_tokens // seqs + extra, dtype=np.int64)
     cached[: context_tokens % seqs] += 1
     return RankBatch(np.ones(seqs, dtype=np.int64), cached)
+
+
+def _drop_event(_: object) -> None:
+    """Decode-rank KV events are not routed on: the simulator discards them."""
 
 
 class Simulator:
@@ -124,11 +131,29 @@ class Simulator:
                     ranks = [RankScheduler(limits, self._on_prefill_start(name, r)) for r in range(group.dp_ranks)]
                     cache = sz.prefill_cache_tokens[g]
                 else:
-                    limits = SchedulerLimits(1, sz.decode_max_seqs[g], sim.max_queue_per_rank, sz.decode_kv_tokens[g])
-                    ranks = [RankScheduler(limits) for _ in range(group.dp_ranks)]
+                    ledger = self._decode_ledger
+                    limits = SchedulerLimits(sim.decode_max_num_batched_tokens, sz.decode_max_seqs[g], sim.max_queue_per_rank,
+                                             reserve_kv_tokens=None if self._decode_kv_override() else sz.decode_kv_tokens[g])
+                    ranks = [RankScheduler(limits, kv=ledger()) for _ in range(group.dp_ranks)]
                     cache = 0
                 out.append(Instance(name, group.layout, layout, group.gpus, ranks, cache_tokens=cache))
         return out
+
+    def _decode_kv_override(self) -> int | None:
+        """sim.decode_kv_tokens_per_rank when the scenario sets it: decode ranks then count blocks
+        and preempt; otherwise (derived capacity) they reserve each request's whole output."""
+        sim = self.scenario.sim
+        return sim.decode_kv_tokens_per_rank if "decode_kv_tokens_per_rank" in sim.model_fields_set else None
+
+    def _decode_ledger(self) -> KVLedger | None:
+        """A decode rank's KV blocks (target block size) when its capacity is bounded: running out
+        preempts (recompute) instead of reserving every output up front."""
+        tokens = self._decode_kv_override()
+        if tokens is None:
+            return None
+        bs = self.target_block_tokens
+        cache = BlockCache(max(1, tokens // bs), bs, on_event=_drop_event)
+        return KVLedger(cache, SyntheticIdentity(bs))
 
     def _all_keys(self) -> list[tuple[str, int]]:
         return [(i.name, r) for i in (*self.prefill, *self.decode) for r in range(len(i.ranks))]
@@ -194,7 +219,7 @@ class Simulator:
         inst = self.prefill[p_idx]
         cached = decision.predicted.total
         flight.queued_work_s = self.timing.prefill_estimate_s(inst.layout, req.prompt_tokens - cached, cached)
-        seq = SeqState(req.req_id, req.prompt_tokens, req.output_tokens, payload=flight)
+        seq = SeqState(req.req_id, req.prompt_tokens, 1, payload=flight)  # samples the first token
         if not inst.ranks[decision.dp_rank].admit(seq):
             self.metrics.rejected += 1
             return self._followups(req, now)
@@ -227,11 +252,11 @@ class Simulator:
 
     def _start_prefill_step(self, now: float, idx: int) -> list[Event]:
         inst = self.prefill[idx]
-        plans = [r.schedule_prefill() for r in inst.ranks]
+        plans = [r.schedule() for r in inst.ranks]
         if all(p.empty for p in plans):
             inst.busy = False
             return []
-        cost = self.timing.step_time("prefill", inst.layout, StepBatch(tuple(p.batch for p in plans)))
+        cost = self.timing.step_time("prefill", inst.layout, StepBatch(tuple(p.rank_batch() for p in plans)))
         inst.account(cost, 1)
         inst.busy, inst.plans = True, plans
         return [PrefillStepEnd(now + cost.total_s, idx)]
@@ -240,7 +265,7 @@ class Simulator:
         inst = self.prefill[idx]
         out: list[Event] = []
         for r, (sched, plan) in enumerate(zip(inst.ranks, inst.plans, strict=True)):
-            for seq in sched.commit_prefill(plan):
+            for seq in sched.update(plan):
                 out.append(self._prefilled(now, (inst.name, r), seq.payload))
         return out + self._start_prefill_step(now, idx)
 
@@ -258,20 +283,29 @@ class Simulator:
         req = flight.request
         flight.kv_arrive = now
         d_idx, rank = flight.decode
-        seq = SeqState(req.req_id, req.prompt_tokens, req.output_tokens, computed_tokens=req.prompt_tokens,
+        # The prompt's KV arrived; the first token is known (from prefill) and not yet in KV.
+        seq = SeqState(req.req_id, req.prompt_tokens + 1, req.output_tokens, computed_tokens=req.prompt_tokens,
                        payload=flight)
-        if not self.decode[d_idx].ranks[rank].admit(seq):
+        if not self._fits_decode_kv(req) or not self.decode[d_idx].ranks[rank].admit(seq):
             self.metrics.rejected += 1
             self._release_decode(flight)
             return self._followups(req, now)
         return self._kick_decode(now, d_idx)
 
+    def _fits_decode_kv(self, req: Request) -> bool:
+        """A request whose whole context cannot fit a decode rank's KV alone would never finish."""
+        cap = self._decode_kv_override()
+        return cap is None or req.prompt_tokens + req.output_tokens <= cap
+
     def _kick_decode(self, now: float, idx: int) -> list[Event]:
         """New work for a decode instance: start a leap if idle, else cut the current leap short at
-        the next step boundary so the newcomer joins the batch there."""
+        the next step boundary so the newcomer joins the batch there (a single scheduled step of a
+        bounded-KV instance is not cut: the newcomer joins the next one)."""
         leap = self._leaps[idx]
         if leap is None:
             return self._start_leap(now, idx)
+        if self._bounded(idx):
+            return []
         done = math.ceil((now - leap.start) / leap.step_s - 1e-9)
         if done >= leap.steps:
             return []
@@ -282,7 +316,30 @@ class Simulator:
         self._leaps[idx] = Leap(leap.start, done, leap.step_s, leap.cost, self._versions[idx], leap.joined)
         return [DecodeLeapEnd(leap.start + done * leap.step_s, idx, self._versions[idx])]
 
+    def _bounded(self, idx: int) -> bool:
+        return self.decode[idx].ranks[0].kv is not None
+
+    def _start_decode_step(self, now: float, idx: int) -> list[Event]:
+        """One scheduled step of a bounded-KV decode instance (decode tokens, resumed sequences'
+        recompute chunks, preemptions), priced as it is: KV use changes every step, so no leap."""
+        inst = self.decode[idx]
+        plans = [sched.schedule() for sched in inst.ranks]
+        self.metrics.preemptions += sum(len(p.preempted) for p in plans)
+        if all(p.empty for p in plans):
+            inst.busy, self._leaps[idx] = False, None
+            return []
+        cost = self.timing.step_time("decode", inst.layout, StepBatch(tuple(p.rank_batch() for p in plans)))
+        runs = [(sched.seq(s.req_id), s.num_new_tokens) for sched, p in zip(inst.ranks, plans, strict=True)
+                for s in p.seqs]
+        joined = [seq for seq, n in runs if seq.payload.first_token < 0 and n == seq.pending]  # first sample
+        self._versions[idx] += 1
+        inst.busy, inst.plans = True, plans
+        self._leaps[idx] = Leap(now, 1, cost.total_s, cost, self._versions[idx], joined)
+        return [DecodeLeapEnd(now + cost.total_s, idx, self._versions[idx])]
+
     def _start_leap(self, now: float, idx: int, joined: list | None = None) -> list[Event]:
+        if self._bounded(idx):
+            return self._start_decode_step(now, idx)
         inst = self.decode[idx]
         joined = list(joined or [])
         for sched in inst.ranks:
@@ -316,6 +373,10 @@ class Simulator:
         for seq in leap.joined:
             seq.payload.first_token = leap.start + leap.step_s
         out: list[Event] = []
+        if self._bounded(idx):
+            for sched, plan in zip(inst.ranks, inst.plans, strict=True):
+                for seq in sched.update(plan):
+                    out.extend(self._finish(now, seq.payload))
         for sched in inst.ranks:
             if len(sched.decoding):
                 for seq in sched.commit_decode(leap.steps):
@@ -359,7 +420,7 @@ class Simulator:
             predicted_hit_rate=m.predicted_hit_tokens / prompt,
             prefill_idle_frac=idle(self.prefill), decode_idle_frac=idle(self.decode),
             prefill_util=util(self.prefill), decode_util=util(self.decode),
-            pool_occupancy=self.kv.pool_occupancy(), evictions=self.kv.evictions(),
+            pool_occupancy=self.kv.pool_occupancy(), evictions=self.kv.evictions(), preemptions=m.preemptions,
             events=self._events, wall_s=wall_s, cpu_s=cpu_s, ttft_samples=list(m.ttft),
             recomputed_tokens=dict(self.kv.recomputed_tokens), pool_path_util=self.kv.paths.utilization(span),
             sizing=self.sizing.to_dict(), warmup_requests=m.warmup_requests,

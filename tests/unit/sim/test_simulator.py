@@ -126,3 +126,20 @@ def test_simulate_from_scenario_and_arrival_list(timing):
     res = simulate(_scenario(), reqs, timing=timing)
     assert res.policy == "least-uncached-work" and res.completed == 5
     assert simulate(_scenario(), reqs, policy="round-robin", timing=timing).policy == "round-robin"
+
+
+def test_short_decode_kv_preempts_and_still_completes_everything(timing):
+    reqs = [Request(i, 0.0, 640, 400, tuple(range(i * 100, i * 100 + 10))) for i in range(4)]
+    roomy = _run(_scenario(prefill=1, decode_ranks=2, sim={"decode_kv_tokens_per_rank": 10**6}), timing, reqs)
+    short = _run(_scenario(prefill=1, decode_ranks=2, sim={"decode_kv_tokens_per_rank": 2000}), timing, reqs)
+    assert roomy.preemptions == 0 and roomy.completed == 4
+    assert short.preemptions > 0 and short.completed == 4 and short.rejected == 0
+    assert short.span_s > roomy.span_s  # recompute and waiting cost time
+
+
+def test_bounded_decode_kv_steps_price_like_the_leap(timing):
+    reqs = [Request(0, 0.0, 1000, 101, tuple(range(15)))]
+    leap = _run(_scenario(prefill=1, decode_ranks=2), timing, reqs)
+    stepped = _run(_scenario(prefill=1, decode_ranks=2, sim={"decode_kv_tokens_per_rank": 10**6}), timing, reqs)
+    assert stepped.events > leap.events  # one event per step, not one leap
+    assert stepped.span_s == pytest.approx(leap.span_s, rel=1e-9)
