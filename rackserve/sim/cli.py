@@ -42,7 +42,7 @@ def _load(scenario: Path, trace: Path | None, concurrency: int | None, duration:
 def simulate(
     scenario: Annotated[Path, typer.Argument(help="scenario YAML (scenarios/*.yaml)")],
     policy: Annotated[str, typer.Option(help="comma-separated routing policies, run side by side")] = "least-uncached-work",
-    trace: Annotated[Path | None, typer.Option(help="replace the workload with a Mooncake JSONL trace")] = None,
+    trace: Annotated[Path | None, typer.Option(help="replace the workload: Mooncake or AgentX conversation JSONL (.gz too)")] = None,
     out: Annotated[Path, typer.Option(help="folder for JSON and plots")] = Path("out/sim"),
     concurrency: Annotated[int | None, typer.Option(help="override the closed-loop concurrency")] = None,
     duration: Annotated[float | None, typer.Option(help="override the workload's duration_s")] = None,

@@ -11,22 +11,27 @@ from rackserve.sim.scenario import Scenario
 from rackserve.sim.simulator import Progress, Simulator
 from rackserve.sim.step_cache import CachedTiming
 from rackserve.timing.timing_model import TimingModel
-from rackserve.workload.build import build_source
+from rackserve.workload.build import build_source, trace_workload
 from rackserve.workload.mooncake import read_trace, trace_requests
 from rackserve.workload.request import Request
 from rackserve.workload.source import ArrivalSource, ListSource
-from rackserve.workload.spec import AgentXWorkload, MooncakeWorkload, UniformWorkload
+from rackserve.workload.spec import (
+    AgentXTraceWorkload,
+    AgentXWorkload,
+    MooncakeWorkload,
+    UniformWorkload,
+)
 
 
 def with_trace(scenario: Scenario, trace: str | Path) -> Scenario:
-    """`--trace FILE`: replace the scenario's workload by a Mooncake JSONL trace."""
-    return scenario.with_workload(MooncakeWorkload(kind="mooncake", trace=str(trace)))
+    """`--trace FILE` (.jsonl or .jsonl.gz): Mooncake records or recorded conversations, by content."""
+    return scenario.with_workload(trace_workload(trace, scenario.workload))
 
 
 def with_concurrency(scenario: Scenario, concurrency: int) -> Scenario:
     """The same closed-loop workload at another concurrency (sweeps)."""
     wl = scenario.workload
-    if not isinstance(wl, AgentXWorkload | UniformWorkload):
+    if not isinstance(wl, AgentXWorkload | AgentXTraceWorkload | UniformWorkload):
         raise ValueError(f"concurrency: workload kind {wl.kind!r} is open loop (a trace)")
     return scenario.with_workload(wl.model_copy(update={"concurrency": concurrency}))
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from rackserve.kv.block_hash import block_hashes, root_hash
 from rackserve.workload.request import Request
 from rackserve.workload.tokens import content_id, synth_tokens
+from rackserve.workload.trace_file import open_trace
 
 TRACE_BLOCK_TOKENS = 512  # Mooncake's hash_ids granularity (kvcache-ai/Mooncake FAST25-release)
 
@@ -62,14 +63,14 @@ def parse_record(line: str, where: str) -> TraceRecord:
 
 
 def read_trace(path: str | Path, limit: int | None = None) -> list[TraceRecord]:
-    """All records of a trace file (blank lines skipped), in file order."""
+    """All records of a trace file, plain or gzip (blank lines skipped), in file order."""
     out: list[TraceRecord] = []
-    with Path(path).open() as fh:
+    with open_trace(path) as fh:
         for lineno, line in enumerate(fh, start=1):
             if limit is not None and len(out) >= limit:
                 break
             if line.strip():
-                out.append(parse_record(line, f"{path}:{lineno}"))
+                out.append(parse_record(line.decode(), f"{path}:{lineno}"))
     return out
 
 

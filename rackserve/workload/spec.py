@@ -5,9 +5,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+DEFAULT_AGENTX_TRACE = str(Path(__file__).resolve().parents[2] / "data/agentx/claude_code_traces_dev.jsonl.gz")
+DEEPSEEK_V4_MAX_CONTEXT = 1_048_576  # DeepSeek-V4 family: 1M-token context (DeepSeek V4 model card)
 
 
 class _Spec(BaseModel):
@@ -56,6 +60,42 @@ class AgentXWorkload(_Spec):
         return self
 
 
+class AgentXTraceWorkload(_Spec):
+    """Recorded agentic conversations replayed by the AgentX rules (data/agentx/README.md):
+    `concurrency` lanes, initial lanes start at t* ~ U(start_ratio_min, start_ratio_max) of their
+    conversation after one warm-up turn, recycled lanes start at turn 0."""
+
+    kind: Literal["agentx-trace"]
+    trace: str = Field(DEFAULT_AGENTX_TRACE, description="conversation JSONL (.gz allowed)")
+    limit: int | None = Field(None, gt=0, description="use only the first N conversations")
+    seed: int = 0
+    concurrency: int = Field(gt=0, description="live lanes, each replaying one conversation tree")
+    max_context: int = Field(
+        DEEPSEEK_V4_MAX_CONTEXT, gt=0, description="model context; a longer prompt + output overflows")
+    think_time_cap_s: float = Field(10.0, ge=0, description="recorded idle gaps end-to-start, capped (AgentX: 10 s)")
+    start_ratio_min: float = Field(0.25, ge=0, le=1, description="initial lanes' t* range, share of duration")
+    start_ratio_max: float = Field(0.75, ge=0, le=1)
+    start_stagger_s: float = Field(0.0, ge=0, description="lanes' first requests spread over this window")
+    length_scale: float = Field(1.0, gt=0, le=1, description="scale every length (a small live model)")
+    duration_s: float = Field(960.0, gt=0, description="no request is sent at or after this simulated time")
+    measure_start_s: float = Field(60.0, ge=0, description="measured window start (warm-ups never count)")
+    measure_s: float | None = Field(None, gt=0, description="measured window length (None: to duration_s)")
+
+    @model_validator(mode="after")
+    def _ranges(self) -> AgentXTraceWorkload:
+        if self.start_ratio_min > self.start_ratio_max:
+            raise ValueError("start_ratio_min must be <= start_ratio_max")
+        if self.measure_start_s >= self.duration_s:
+            raise ValueError("measure_start_s must be < duration_s")
+        return self
+
+    @property
+    def measure_window(self) -> tuple[float, float]:
+        """(start, end) in simulated seconds of the requests the figures count (by arrival)."""
+        end = self.duration_s if self.measure_s is None else self.measure_start_s + self.measure_s
+        return self.measure_start_s, min(end, self.duration_s)
+
+
 class UniformWorkload(_Spec):
     """Closed loop of identical-shape requests (e.g. batch-1 latency): `concurrency` lanes."""
 
@@ -68,14 +108,15 @@ class UniformWorkload(_Spec):
     shared_prefix_tokens: int = Field(0, ge=0, description="prefix common to every prompt")
 
 
-WorkloadSpec = Annotated[MooncakeWorkload | AgentXWorkload | UniformWorkload, Field(discriminator="kind")]
+AnyWorkload = MooncakeWorkload | AgentXWorkload | AgentXTraceWorkload | UniformWorkload
+WorkloadSpec = Annotated[AnyWorkload, Field(discriminator="kind")]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(WorkloadSpec)
 
 
-def parse_workload(data: dict[str, Any]) -> MooncakeWorkload | AgentXWorkload | UniformWorkload:
+def parse_workload(data: dict[str, Any]) -> AnyWorkload:
     """Validate a scenario's workload dict; ValueError names the field ("workload.<field>: ...")."""
     if not isinstance(data, dict) or "kind" not in data:
-        raise ValueError("workload.kind: required (one of mooncake, agentx, uniform)")
+        raise ValueError("workload.kind: required (one of mooncake, agentx, agentx-trace, uniform)")
     try:
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:

@@ -22,16 +22,22 @@ def content_id(*parts: object) -> int:
     return xxhash.xxh3_64_intdigest("/".join(str(p) for p in parts).encode())
 
 
-def synth_tokens(cid: int, start: int, count: int, vocab: int = DEFAULT_VOCAB) -> np.ndarray:
-    """Tokens [start, start+count) of content `cid` (splitmix64 of id and position, mod vocab)."""
+def mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer over a uint64 array, in place (a bijection: distinct in, distinct out)."""
     with np.errstate(over="ignore"):
-        x = np.arange(start, start + count, dtype=np.uint64) * _GOLDEN + np.uint64(cid)
         x ^= x >> np.uint64(30)
         x *= _MIX1
         x ^= x >> np.uint64(27)
         x *= _MIX2
         x ^= x >> np.uint64(31)
-    return (x % np.uint64(vocab)).astype(np.uint32)
+    return x
+
+
+def synth_tokens(cid: int, start: int, count: int, vocab: int = DEFAULT_VOCAB) -> np.ndarray:
+    """Tokens [start, start+count) of content `cid` (splitmix64 of id and position, mod vocab)."""
+    with np.errstate(over="ignore"):
+        x = np.arange(start, start + count, dtype=np.uint64) * _GOLDEN + np.uint64(cid)
+    return (mix64(x) % np.uint64(vocab)).astype(np.uint32)
 
 
 class HashChain:
