@@ -18,6 +18,7 @@ from rackserve.kv.events import EventSequencer, KVEvent, Publisher
 from rackserve.kv.pool_tiers import BlockPut, PoolLimits, PoolTiers
 from rackserve.routing.index import PrefixIndex
 from rackserve.routing.view import PrefixHit, RankId
+from rackserve.sim.block_keys import BlockKeys
 from rackserve.sim.pool_paths import PoolPaths
 
 
@@ -28,14 +29,14 @@ class RankCache:
     def __init__(self, capacity_blocks: int, publisher: Publisher) -> None:
         self.capacity = capacity_blocks
         self.evictions = 0
-        self._lru: OrderedDict[int, None] = OrderedDict()
+        self.lru: OrderedDict[int, None] = OrderedDict()
         self._seq = EventSequencer(publisher)
 
     def __len__(self) -> int:
-        return len(self._lru)
+        return len(self.lru)
 
     def match(self, hashes: Sequence[int]) -> int:
-        lru = self._lru
+        lru = self.lru
         n = 0
         for h in hashes:
             if h not in lru:
@@ -44,7 +45,7 @@ class RankCache:
         return n
 
     def store(self, hashes: Sequence[int], parent: int | None) -> list[KVEvent]:
-        lru = self._lru
+        lru = self.lru
         new = [h for h in hashes if h not in lru]
         for h in reversed(hashes):
             lru[h] = None
@@ -87,25 +88,37 @@ class ClusterKV:
         self._publish_pool()
 
     # ---- reads --------------------------------------------------------------------------------
-    def delivered_hit(self, rank: RankId, hashes: Sequence[int], prompt_tokens: int, now: float
+    def delivered_hit(self, rank: RankId, keys: BlockKeys, prompt_tokens: int, now: float
                       ) -> tuple[PrefixHit, float]:
         """What a rank really finds when it starts a prompt (own HBM, then committed pool blocks;
         capped at prompt - 1) and when the pooled part has arrived in its HBM."""
         if prompt_tokens <= 0:
             return PrefixHit(), now  # nothing to compute, nothing to find
         self.advance(now)
-        n_rank = self.caches[rank].match(hashes)
-        rest = list(hashes[n_rank:])
-        pool_match = self.pool.match_prefix(rest, now)
-        if pool_match.count:
-            self.pool.lookup(rest[: pool_match.count], now, lease=False)  # refresh LRU
-        n_phbm = sum(1 for t in pool_match.tiers if t == "pool_hbm")
-        room = prompt_tokens - 1
+        lru = self.caches[rank].lru
+        ks = keys.keys
+        n_rank = self.caches[rank].match(ks)
+        rest = list(ks[n_rank:])
+        pm = self.pool.match_prefix(rest, now) if rest else None
+        n_pool = pm.count if pm else 0
+        if n_pool:
+            self.pool.lookup(rest[:n_pool], now, lease=False)  # refresh LRU
+        pool = self.pool
+        blocks = {"rank_hbm": keys.blocks_in(n_rank), "pool_hbm": 0, "pool_dram": 0}
+        for i, tier in enumerate(pm.tiers if pm else ()):
+            blocks[tier] += keys.element_blocks(n_rank + i)
+        end = n_rank + n_pool
+        if end < len(ks):  # an earlier, shorter prompt's tail inside the next group
+            extra = keys.refine(end, lambda h: h in lru or pool.tier_of(h) is not None)
+            if extra:
+                found = keys.blocks[keys.blocks_in(end) + extra - 1]
+                blocks["rank_hbm" if found in lru else pool.tier_of(found)] += extra
+            self._count_lost(rest[n_pool:], keys)
         bs = self.block_tokens
-        t_rank = min(n_rank * bs, room)
-        t_phbm = min(n_phbm * bs, room - t_rank)
-        t_pdram = min((pool_match.count - n_phbm) * bs, room - t_rank - t_phbm)
-        self._count_lost(rest[pool_match.count:], min(len(rest) - pool_match.count, max(room // bs - n_rank, 0)))
+        room = prompt_tokens - 1
+        t_rank = min(blocks["rank_hbm"] * bs, room)
+        t_phbm = min(blocks["pool_hbm"] * bs, room - t_rank)
+        t_pdram = min(blocks["pool_dram"] * bs, room - t_rank - t_phbm)
         ready = now
         if self.paths is not None:
             per_token = self.block_bytes / bs
@@ -113,45 +126,46 @@ class ClusterKV:
                         self.paths.transfer(now, rank, "pool_dram", "read", t_pdram * per_token))
         return PrefixHit(t_rank, t_phbm, t_pdram), ready
 
-    def _count_lost(self, missed: list[int], limit: int) -> None:
-        """Blocks about to be computed that existed before: pending in a put, or dropped by a tier.
-        Chained hashes: the first never-seen block ends the search (all later ones are new too)."""
-        lost, pool, bs = self._lost, self.pool, self.block_tokens
+    def _count_lost(self, missed: list[int], keys: BlockKeys) -> None:
+        """Keys about to be computed that existed before: pending in a put, or dropped by a tier.
+        Chained hashes: the first never-seen key ends the search (all later ones are new too)."""
+        lost, pool = self._lost, self.pool
+        tokens = keys.group * self.block_tokens
         reason = "in_flight"
-        for h in missed[:limit]:
+        for h in missed:
             tier = lost.get(h)
             if tier is None:
                 if not pool.is_known(h):
                     return
-                # pending in a put, or stored but unreachable behind an earlier missing block
+                # pending in a put, or stored but unreachable behind an earlier missing key
                 tier = "in_flight" if pool.tier_of(h) is None else reason
             reason = tier
-            self.recomputed_tokens[tier] += bs
+            self.recomputed_tokens[tier] += tokens
 
     # ---- writes -------------------------------------------------------------------------------
-    def store(self, rank: RankId, hashes: Sequence[int], computed_from: int, now: float) -> None:
-        """A rank finished a prompt: its blocks enter the rank's HBM at once; blocks [computed_from:]
-        (the ones it computed) are written to the pool and visible when the write commits."""
+    def store(self, rank: RankId, keys: BlockKeys, delivered_tokens: int, now: float) -> None:
+        """A rank finished a prompt: its keys enter the rank's HBM at once; the ones it computed
+        (past the `delivered_tokens` it found) are written to the pool, visible when the write commits."""
         self.advance(now)
-        events = self.caches[rank].store(hashes, None)
+        events = self.caches[rank].store(keys.keys, None)
         self.index.apply_all(events)
         for ev in events:
             if ev.kind == "removed":
                 for h in ev.block_hashes:
                     if not self.pool.is_known(h):
                         self._lost[h] = "rank_hbm"
-        fresh = hashes[computed_from:]
+        first = delivered_tokens // (self.block_tokens * keys.group)
+        fresh = keys.keys[first:]
         if not fresh:
             return
-        parent = hashes[computed_from - 1] if computed_from else None
-        puts = [BlockPut(h, self.block_bytes) for h in fresh]
+        parent = keys.keys[first - 1] if first else None
+        puts = [BlockPut(h, keys.element_blocks(first + i) * self.block_bytes) for i, h in enumerate(fresh)]
         res = self.pool.reserve(puts, f"{rank[0]}/{rank[1]}", now, parent_hash=parent)
-        written = len(res.to_write)
-        if written:
-            done = now if self.paths is None else self.paths.transfer(
-                now, rank, "pool_hbm", "write", written * self.block_bytes)
-            for h in (fresh[i] for i in res.to_write):
-                self._lost.pop(h, None)
+        if res.to_write:
+            written = sum(puts[i].size for i in res.to_write)
+            done = now if self.paths is None else self.paths.transfer(now, rank, "pool_hbm", "write", written)
+            for i in res.to_write:
+                self._lost.pop(fresh[i], None)
             if done <= now:
                 self.pool.commit(res.txn, now)
             else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +26,7 @@ class Flight:
     prefill: tuple[int, int]  # (instance index, rank index)
     decode: tuple[int, int]
     predicted: PrefixHit
+    keys: Any = None  # rackserve.sim.block_keys.BlockKeys of the prompt
     queued_work_s: float = 0.0
     delivered: PrefixHit = PrefixHit()
     decode_blocks: int = 0

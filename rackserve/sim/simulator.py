@@ -24,6 +24,7 @@ from rackserve.sched.kv_ledger import KVLedger, SyntheticIdentity
 from rackserve.sched.limits import SchedulerLimits
 from rackserve.sched.scheduler import RankScheduler
 from rackserve.sched.seq_state import SeqState
+from rackserve.sim.block_keys import BlockKeys
 from rackserve.sim.events import (
     Arrival,
     DecodeLeapEnd,
@@ -100,15 +101,16 @@ class Simulator:
         self.queue = EventQueue()
         self.prefill = self._build("prefill", cfg.deployment.prefill)
         self.decode = self._build("decode", cfg.deployment.decode)
-        self.router = Router(make_policy(policy, PolicySettings(cost=router_cost(timing, scenario), seed=cfg.routing.seed)))
+        self.cost = router_cost(timing, scenario)  # the one price of queued work: the router's table
+        self.router = Router(make_policy(policy, PolicySettings(cost=self.cost, seed=cfg.routing.seed)))
         sz = self.sizing
-        block_bytes = int(sz.kv_bytes_per_token * self.block_tokens)
+        block_bytes = int(sz.kv_bytes_per_token * self.target_block_tokens)
         pool = pool_limits(int(sz.pool_hbm.capacity_bytes), int(sz.pool_dram.capacity_bytes),
                            cfg.pool.high_watermark, cfg.pool.low_watermark)
         caches = {(inst.name, r): max(1, inst.cache_tokens // self.block_tokens)
                   for inst in self.prefill for r in range(len(inst.ranks))}
         paths = PoolPaths({"pool_hbm": sz.pool_hbm, "pool_dram": sz.pool_dram})
-        self.kv = ClusterKV(caches, pool, self.block_tokens, block_bytes, self.router.index, paths)
+        self.kv = ClusterKV(caches, pool, self.target_block_tokens, block_bytes, self.router.index, paths)
         self._where = {inst.name: (i, "prefill") for i, inst in enumerate(self.prefill)}
         self._where.update({inst.name: (i, "decode") for i, inst in enumerate(self.decode)})
         self._states = {key: self._state(key) for key in self._all_keys()}
@@ -197,8 +199,8 @@ class Simulator:
                 self.queue.push(new)
         return self._result(time.perf_counter() - wall, time.process_time() - cpu)
 
-    def _hashes(self, req: Request) -> tuple[int, ...]:
-        return req.block_hashes if self.group == 1 else req.block_hashes[self.group - 1 :: self.group]
+    def _keys(self, req: Request) -> BlockKeys:
+        return BlockKeys.of(req.block_hashes, self.group)
 
     def _followups(self, req: Request, now: float) -> list[Event]:
         if self.progress is not None:
@@ -211,14 +213,16 @@ class Simulator:
         if horizon is not None and now > horizon:
             return []
         self.metrics.on_arrival(now, req)
-        view = RequestView(self._hashes(req), req.prompt_tokens, self.block_tokens, str(req.req_id))
+        keys = self._keys(req)
+        view = RequestView(keys.keys, req.prompt_tokens, self.block_tokens, str(req.req_id))
         decision = self.router.route(view, self._cluster())
         p_idx, _ = self._where[decision.instance]
         d_idx, _ = self._where[decision.decode_instance]
         flight = Flight(req, (p_idx, decision.dp_rank), (d_idx, decision.decode_dp_rank), decision.predicted)
+        flight.keys = keys
         inst = self.prefill[p_idx]
         cached = decision.predicted.total
-        flight.queued_work_s = self.timing.prefill_estimate_s(inst.layout, req.prompt_tokens - cached, cached)
+        flight.queued_work_s = self.cost.prefill_estimate_s(inst.layout_name, req.prompt_tokens - cached, cached)
         seq = SeqState(req.req_id, req.prompt_tokens, 1, payload=flight)  # samples the first token
         if not inst.ranks[decision.dp_rank].admit(seq):
             self.metrics.rejected += 1
@@ -241,7 +245,7 @@ class Simulator:
         def start(seq: SeqState) -> None:
             flight: Flight = seq.payload
             req = flight.request
-            hit, _ready = self.kv.delivered_hit(key, self._hashes(req), req.prompt_tokens, self.now)
+            hit, _ready = self.kv.delivered_hit(key, flight.keys, req.prompt_tokens, self.now)
             flight.delivered = hit
             flight.prefill_start = self.now
             seq.computed_tokens = hit.total
@@ -271,7 +275,7 @@ class Simulator:
 
     def _prefilled(self, now: float, key: tuple[str, int], flight: Flight) -> Event:
         req = flight.request
-        self.kv.store(key, self._hashes(req), flight.delivered.total // self.block_tokens, now)
+        self.kv.store(key, flight.keys, flight.delivered.total, now)
         self._update(key, queued_tokens=-(req.prompt_tokens - flight.predicted.total),
                      queued_work_s=-flight.queued_work_s)
         flight.prefill_end = now

@@ -3,6 +3,7 @@
 import pytest
 
 from rackserve.routing.index import PrefixIndex
+from rackserve.sim.block_keys import BlockKeys
 from rackserve.sim.kv import ClusterKV, pool_limits
 from rackserve.sim.pool_paths import Link, PoolPaths
 from rackserve.timing.capacity import PoolPath
@@ -21,14 +22,14 @@ def _kv(bw=1e6, hbm_blocks=1000, dram_blocks=1000):
 def test_a_turn_arriving_before_the_put_commits_misses_on_another_rank():
     kv = _kv(bw=1e6)  # 10 blocks of 64 kB at 1 MB/s: the put commits 0.64 s after the prefill
     hashes = list(range(1, 11))
-    kv.store(A, hashes, 0, now=0.0)
-    early, _ = kv.delivered_hit(B, hashes + [99], 11 * BLOCK_TOKENS, now=0.3)
+    kv.store(A, BlockKeys.of(hashes, 1), 0, now=0.0)
+    early, _ = kv.delivered_hit(B, BlockKeys.of(hashes + [99], 1), 11 * BLOCK_TOKENS, now=0.3)
     assert early.total == 0
     assert kv.recomputed_tokens["in_flight"] == 10 * BLOCK_TOKENS
-    late, ready = kv.delivered_hit(B, hashes + [99], 11 * BLOCK_TOKENS, now=0.7)
+    late, ready = kv.delivered_hit(B, BlockKeys.of(hashes + [99], 1), 11 * BLOCK_TOKENS, now=0.7)
     assert late.pool_hbm == 10 * BLOCK_TOKENS
     assert ready == pytest.approx(0.7 + 10 * BLOCK_BYTES / 1e6)  # the fetch takes its bytes' time too
-    own, _ = kv.delivered_hit(A, hashes + [99], 11 * BLOCK_TOKENS, now=0.3)
+    own, _ = kv.delivered_hit(A, BlockKeys.of(hashes + [99], 1), 11 * BLOCK_TOKENS, now=0.3)
     assert own.rank_hbm == 10 * BLOCK_TOKENS  # the writer's own HBM has them at once
 
 
@@ -42,9 +43,9 @@ def test_concurrent_transfers_share_the_link():
 def test_blocks_dropped_by_a_full_pool_count_as_recomputed_from_that_tier():
     kv = _kv(bw=1e12, hbm_blocks=20, dram_blocks=20)
     for c in range(6):  # 6 chains of 10 blocks into room for ~34: the oldest are dropped
-        kv.store(A, [c * 100 + i for i in range(10)], 0, now=float(c))
+        kv.store(A, BlockKeys.of([c * 100 + i for i in range(10)], 1), 0, now=float(c))
     first = [i for i in range(10)]
-    hit, _ = kv.delivered_hit(B, first + [7777], 11 * BLOCK_TOKENS, now=10.0)
+    hit, _ = kv.delivered_hit(B, BlockKeys.of(first + [7777], 1), 11 * BLOCK_TOKENS, now=10.0)
     assert hit.total == 0
     assert kv.recomputed_tokens["pool_dram"] == 10 * BLOCK_TOKENS
     assert kv.evictions()["pool_dram"] > 0
@@ -52,5 +53,5 @@ def test_blocks_dropped_by_a_full_pool_count_as_recomputed_from_that_tier():
 
 def test_an_empty_prompt_finds_nothing_and_costs_nothing():
     kv = _kv()
-    hit, ready = kv.delivered_hit(A, [], 0, now=1.0)
+    hit, ready = kv.delivered_hit(A, BlockKeys.of([], 1), 0, now=1.0)
     assert hit.total == 0 and ready == 1.0

@@ -1,0 +1,53 @@
+"""How the simulator names a prompt's KV: groups of `group` target blocks plus the prompt's last
+partial group, so tracking costs 1/group of the blocks and in-conversation reuse stays exact.
+
+A chained block hash names its whole prefix, so group i is named by the hash of its last block, and
+a prompt whose length is not a multiple of the group also stores its last block's hash (the tail).
+The next turn of the same conversation extends that prompt: its own group keys miss at the group
+holding the old tail, and `refine` finds the tail there by looking up at most group - 1 of its full
+block hashes. A hit is therefore as long as with per-block tracking whenever the earlier prompt is
+still cached; only evictions act per group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BlockKeys:
+    keys: tuple[int, ...]  # group keys, then the tail key when the prompt ends inside a group
+    blocks: Sequence[int]  # the prompt's full block hashes (target block size)
+    group: int
+
+    @staticmethod
+    def of(blocks: Sequence[int], group: int) -> BlockKeys:
+        if group == 1:
+            return BlockKeys(tuple(blocks), blocks, 1)
+        keys = tuple(blocks[group - 1 :: group])
+        if len(blocks) % group:
+            keys += (blocks[-1],)
+        return BlockKeys(keys, blocks, group)
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.blocks)
+
+    def blocks_in(self, elements: int) -> int:
+        """Blocks covered by the first `elements` keys."""
+        return min(elements * self.group, len(self.blocks))
+
+    def element_blocks(self, i: int) -> int:
+        return self.blocks_in(i + 1) - self.blocks_in(i)
+
+    def refine(self, elements: int, present: Callable[[int], bool]) -> int:
+        """Blocks past the first `elements` keys that are cached too (a shorter prompt's tail inside
+        the next group): the longest prefix of that group whose last block `present` finds."""
+        start = elements * self.group
+        stop = min(start + self.group - 1, len(self.blocks))
+        blocks = self.blocks
+        for j in range(stop - 1, start - 1, -1):
+            if present(blocks[j]):
+                return j + 1 - start
+        return 0
