@@ -92,7 +92,12 @@ def token_attention(
         parts.add("mhc", mt, None, mt, times=layers)
     if lay.tp > 1:
         ar = np.array(
-            [comm.allreduce_time(hw, x * m.hidden * 2.0, lay.tp, lay.trays) for x in tokens]
+            [
+                comm.tp_allreduce_time(
+                    hw, x * m.hidden * 2.0, lay.tp, lay.trays, o.oneshot_allreduce
+                )
+                for x in tokens
+            ]
         )
         parts.add("all_reduce", ar, times=2 * layers)
 

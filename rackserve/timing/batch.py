@@ -65,12 +65,18 @@ class StepCost:
       dispatch_combine, all_reduce, engram, mhc, lm_head, kv_transfer, ...).
     rank_busy_s: per DP rank, the time that rank is busy; its idle time is total_s - rank_busy_s[r].
     bound: per component, "compute" | "memory" | "comm", so a user sees what dominates.
+    hidden_s: per component, time spent that the step does not wait for (communication overlapped
+      with another micro-batch's compute); not in total_s.
+    accepted_tokens: expected tokens each decoding sequence gains in this step (1 without
+      speculative decoding; the MTP acceptance model's expectation with it).
     """
 
     total_s: float
     breakdown: dict[str, float]
     rank_busy_s: tuple[float, ...]
     bound: dict[str, str] = field(default_factory=dict)
+    hidden_s: dict[str, float] = field(default_factory=dict)
+    accepted_tokens: float = 1.0
 
     def rank_idle_s(self, rank: int) -> float:
         return max(0.0, self.total_s - self.rank_busy_s[rank])

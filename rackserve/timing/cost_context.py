@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rackserve.timing.batch_features import CodeShape, code_shapes
+from rackserve.timing.launch_path import on_launch_path
 from rackserve.timing.optimizations import Optimizations
 from rackserve.timing.spec import HardwareSpec, ModelSpec
 
@@ -40,6 +41,7 @@ class CostContext:
 
     @staticmethod
     def build(hw: HardwareSpec, model: ModelSpec, opts: Optimizations) -> CostContext:
+        hw = on_launch_path(hw, opts.pdl)
         codes = code_shapes(model)
         order = sorted(model.attention.codes)
         groups = {p: _layer_groups(model, order, p) for p in ("prefill", "decode")}

@@ -62,6 +62,19 @@ class Microarch(_Spec):
     tile_m: int = Field(gt=0)
 
 
+class Launch(_Spec):
+    """Kernel launch path: replaying a CUDA graph, with or without programmatic dependent launch."""
+
+    graph_gap_s: float = Field(ge=0, description="launch gap between graph-replayed kernels")
+    pdl_gap_s: float = Field(ge=0, description="the same gap under PDL")
+    pdl_prologue_s: float = Field(
+        ge=0, description="fixed per-kernel work PDL overlaps with the predecessor's tail"
+    )
+
+
+HardwareFeature = Literal["sm107_mma", "nvl72_domain"]
+
+
 class HardwareSpec(_Spec):
     """One GPU of a rack: peaks, memory domains, links, and the achieved-fraction parameters."""
 
@@ -81,10 +94,18 @@ class HardwareSpec(_Spec):
     host_dram_bw_bytes_per_s: float = Field(gt=0)
     kv_block_overhead_s: float = Field(ge=0, description="per KV block moved between pool and rank")
     gpus_per_tray: int = Field(4, gt=0, description="GPUs sharing one host (tray / node)")
-    host_dram_bytes_per_tray: float | None = Field(None, gt=0, description="host DRAM of one tray (pool tier)")
-    nic_rdma_bw_bytes_per_s: float | None = Field(None, gt=0, description="RDMA NIC per GPU, each direction")
+    host_dram_bytes_per_tray: float | None = Field(
+        None, gt=0, description="host DRAM of one tray (pool tier)"
+    )
+    nic_rdma_bw_bytes_per_s: float | None = Field(
+        None, gt=0, description="RDMA NIC per GPU, each direction"
+    )
+    features: list[HardwareFeature] = Field(default_factory=list)
+    nvlink_domain_gpus: int = Field(gt=0, description="GPUs reachable by NVLink load/store")
+    oneshot_allreduce_latency_s: float = Field(ge=0)
     efficiency: Efficiency
     microarch: Microarch
+    launch: Launch
 
     def peak(self, dtype: str) -> float:
         """Tensor-core peak for a math precision; FP4 falls back to FP8 where there is no FP4 unit."""
@@ -187,7 +208,32 @@ class EngramSpec(_Spec):
     layers: list[int]
     rows_per_token: int = Field(gt=0)
     row_bytes: float = Field(gt=0)
-    table_rows: list[int] = Field(default_factory=list, description="rows of each table (HBM they take)")
+    table_rows: list[int] = Field(
+        default_factory=list, description="rows of each table (HBM they take)"
+    )
+
+
+class MTPSpec(_Spec):
+    """Speculative decoding by the model's own draft layers (multi-token prediction)."""
+
+    draft_layers: int = Field(gt=0)
+    experts: int = Field(gt=0)
+    top_k: int = Field(gt=0)
+    block_tokens: int = Field(ge=2, description="positions verified per sequence per step")
+    draft_attention_code: int = Field(ge=0)
+    acceptance: list[float] = Field(
+        description="per draft position, P(accepted | every earlier draft accepted)"
+    )
+
+    @model_validator(mode="after")
+    def _one_rate_per_draft(self) -> MTPSpec:
+        if len(self.acceptance) != self.block_tokens - 1:
+            raise ValueError(
+                f"acceptance: {len(self.acceptance)} rates for {self.block_tokens - 1} drafts"
+            )
+        if not all(0.0 <= a <= 1.0 for a in self.acceptance):
+            raise ValueError("acceptance: every rate must be in [0, 1]")
+        return self
 
 
 class ModelSpec(_Spec):
@@ -207,6 +253,7 @@ class ModelSpec(_Spec):
     prefill: PrefillSpec
     mhc: MHCSpec | None = None
     engram: EngramSpec | None = None
+    mtp: MTPSpec | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
@@ -217,6 +264,10 @@ class ModelSpec(_Spec):
         if self.prefill.full_layers > self.layers:
             raise ValueError(
                 f"prefill.full_layers: {self.prefill.full_layers} > layers {self.layers}"
+            )
+        if self.mtp and self.mtp.draft_attention_code not in self.attention.codes:
+            raise ValueError(
+                f"mtp.draft_attention_code: {self.mtp.draft_attention_code} is not in attention.codes"
             )
         if any(c.indexer for c in self.attention.codes.values()) and self.indexer is None:
             raise ValueError("indexer: required when an attention code uses the indexer")

@@ -6,7 +6,9 @@ from rackserve.timing import comm
 from rackserve.timing.batch import RankBatch, StepBatch, StepCost
 from rackserve.timing.layout import Layout, make_layout
 from rackserve.timing.optimizations import Optimizations, parse_optimizations
+from rackserve.timing.overlap import overlapped, split_in_two
 from rackserve.timing.spec import HardwareSpec, ModelSpec, load_hardware, load_model
+from rackserve.timing.speculative import Speculation, draft_model, speculation
 from rackserve.timing.step_cost import CostContext, step_cost
 from rackserve.timing.step_plan import StepPlan, build_plan, fast_step_cost
 
@@ -31,9 +33,15 @@ class TimingModel:
     ) -> None:
         self.hardware = hardware
         self.model = model
-        self.optimizations = optimizations
+        self.requested_optimizations = optimizations
+        # switches the hardware cannot run are dropped here (skipped_switches says why)
+        self.optimizations, self.skipped_switches = optimizations.applicable(hardware)
         self.block_tokens = block_tokens
-        self._ctx = CostContext.build(hardware, model, optimizations)
+        self.speculation: Speculation | None = (
+            speculation(model) if self.optimizations.mtp else None
+        )
+        self._draft: TimingModel | None = None
+        self._ctx = CostContext.build(hardware, model, self.optimizations)
         self._layouts: dict[tuple[str, int | None], Layout] = {}
         self._estimates: dict[tuple[str, int, int], float] = {}
         self._plans: dict[tuple[Layout, str], StepPlan] = {}
@@ -61,7 +69,7 @@ class TimingModel:
         )
 
     def with_hardware(self, hardware: HardwareSpec) -> TimingModel:
-        return TimingModel(hardware, self.model, self.optimizations, self.block_tokens)
+        return TimingModel(hardware, self.model, self.requested_optimizations, self.block_tokens)
 
     def with_optimizations(self, optimizations: str | Optimizations) -> TimingModel:
         opts = (
@@ -79,7 +87,11 @@ class TimingModel:
 
     def step_time(self, phase: str, layout: Layout, batch: StepBatch) -> StepCost:
         """Simulated duration of one lockstep step of `layout` computing `batch`, with breakdown.
-        The fast path (step_plan.py): per-(layout, phase) constants precomputed once."""
+        The fast path (step_plan.py): per-(layout, phase) constants precomputed once. With
+        two-batch-overlap on an EP layout, the faster of the serial and the overlapped step."""
+        return self._overlap(phase, layout, batch, self._fast)
+
+    def _fast(self, phase: str, layout: Layout, batch: StepBatch) -> StepCost:
         hit = self._plans_by_id.get((id(layout), phase))
         if hit is not None and hit[0] is layout:  # identity, so a recycled id never matches
             return fast_step_cost(self._ctx, hit[1], batch, self.kv_transfer_s)
@@ -93,9 +105,63 @@ class TimingModel:
         self._plans_by_id[(id(layout), phase)] = (layout, plan)
         return fast_step_cost(self._ctx, plan, batch, self.kv_transfer_s)
 
+    def _reference(self, phase: str, layout: Layout, batch: StepBatch) -> StepCost:
+        return step_cost(self._ctx, phase, layout, batch, self.kv_transfer_s)
+
+    def _overlap(self, phase: str, layout: Layout, batch: StepBatch, price) -> StepCost:
+        serial = price(phase, layout, batch)
+        if not (self.optimizations.two_batch_overlap and layout.ep > 1):
+            return serial
+        if serial.breakdown.get("dispatch_combine", 0.0) <= 0.0:
+            return serial
+        halves = split_in_two(batch)
+        if halves is None:
+            return serial
+        a, b = (price(phase, layout, h) for h in halves)
+        moe_layers = self.model.layers - self.model.moe.first_dense_layers
+        return overlapped(serial, a, b, moe_layers)
+
     def step_time_reference(self, phase: str, layout: Layout, batch: StepBatch) -> StepCost:
         """The same cost by the readable reference path (step_cost.py): slower, for checking."""
-        return step_cost(self._ctx, phase, layout, batch, self.kv_transfer_s)
+        return self._overlap(phase, layout, batch, self._reference)
+
+    @property
+    def verify_tokens(self) -> int:
+        """Positions each decoding sequence computes per step: drafts + 1 with MTP, else 1."""
+        return self.speculation.verify_tokens if self.speculation else 1
+
+    def expected_accepted_tokens(self) -> float:
+        """Tokens a decoding sequence gains per step on average (1.0 without MTP)."""
+        return self.speculation.expected_accepted_tokens if self.speculation else 1.0
+
+    def speculative_step_time(self, layout: Layout, batch: StepBatch) -> StepCost:
+        """One decode step with speculative decoding: the verify pass over `batch` (each decoding
+        sequence's new_tokens = verify_tokens positions; speculative.verify_batch widens a
+        one-token batch) plus the draft layers' pass over the same positions ("mtp_draft").
+        accepted_tokens is the acceptance model's expectation. Without MTP: step_time("decode")."""
+        verify = self.step_time("decode", layout, batch)
+        if self.speculation is None:
+            return verify
+        if self._draft is None:
+            draft_opts = self.optimizations.with_switch("mtp", False)
+            self._draft = TimingModel(
+                self.hardware, draft_model(self.model), draft_opts, self.block_tokens
+            )
+        draft = self._draft.step_time("decode", layout, batch)
+        breakdown = {**verify.breakdown, "mtp_draft": draft.total_s}
+        dominant = max(draft.breakdown, key=draft.breakdown.get) if draft.breakdown else ""
+        bound = {**verify.bound, "mtp_draft": draft.bound.get(dominant, "memory")}
+        busy = tuple(v + d for v, d in zip(verify.rank_busy_s, draft.rank_busy_s, strict=True))
+        hidden = {k: verify.hidden_s.get(k, 0.0) + draft.hidden_s.get(k, 0.0)
+                  for k in {**verify.hidden_s, **draft.hidden_s}}  # fmt: skip
+        return StepCost(
+            verify.total_s + draft.total_s,
+            breakdown,
+            busy,
+            bound,
+            hidden,
+            self.speculation.expected_accepted_tokens,
+        )
 
     def decode_leap(self, layout: Layout, batch: StepBatch, steps: int) -> StepCost:
         """`steps` consecutive single-token decode steps of the same sequences (each step adds one

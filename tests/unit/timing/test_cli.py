@@ -78,7 +78,8 @@ def test_step_table_and_switches():
         ],
     )
     assert json.loads(one.output)["total_s"] < json.loads(base.output)["total_s"]
-    assert json.loads(one.output)["optimizations"] == ["domain-local", "fp8xfp4-k64"]
+    enabled = json.loads(one.output)["optimizations"]
+    assert enabled == ["domain-local", "fp8xfp4-k64", "mtp", "two-batch-overlap"]
     table = runner.invoke(app, ["timing", "--layout", "tp8", "--phase", "decode", "--batch", "4"])
     assert table.exit_code == 0 and "all_reduce" in table.output and "total" in table.output
 
@@ -113,3 +114,49 @@ def test_curve_rows_follow_interactivity_definition():
 def test_bad_layout_is_a_usage_error():
     res = runner.invoke(app, ["timing", "--layout", "dep4"])
     assert res.exit_code != 0 and "layout" in res.output
+
+
+def test_decode_shows_mtp_draft_verify_and_accepted_length():
+    res = runner.invoke(app, ["timing", "--layout", "tp8", "--phase", "decode", "--batch", "1"])
+    assert res.exit_code == 0, res.output
+    assert "mtp_draft" in res.output and "expected accepted 3.645 tokens/step" in res.output
+    assert "verify 5 positions" in res.output and "tok/s/user" in res.output
+    on = json.loads(runner.invoke(app, ["timing", "--layout", "tp8", "--phase", "decode",
+                                        "--batch", "1", "--json"]).output)  # fmt: skip
+    off = json.loads(runner.invoke(app, ["timing", "--layout", "tp8", "--phase", "decode",
+                                         "--batch", "1", "--opt", "rubin-optimized,-mtp",
+                                         "--json"]).output)  # fmt: skip
+    assert on["tpot_s"] == pytest.approx(on["total_s"] / on["accepted_tokens"])
+    assert off["accepted_tokens"] == 1.0 and off["draft_s"] == 0.0
+    assert on["tokens_per_s_per_user"] > 2 * off["tokens_per_s_per_user"]
+
+
+def test_skipped_switches_are_listed_with_why():
+    res = runner.invoke(app, ["timing", "--hardware", "gb300"])
+    assert res.exit_code == 0
+    assert "skipped switch fp8xfp4-k64: gb300 lacks sm107_mma" in res.output
+    vr = runner.invoke(app, ["timing", "--hardware", "vr200"])
+    assert "skipped switch" not in vr.output
+
+
+def test_explain_gives_each_switch_its_saving():
+    res = runner.invoke(app, ["timing", "--layout", "tp8", "--phase", "decode", "--batch", "1",
+                              "--explain", "--json"])  # fmt: skip
+    savings = {s["switch"]: s for s in json.loads(res.output)["switch_savings"]}
+    assert set(savings) == set(json.loads(res.output)["optimizations"])
+    assert savings["pdl"]["step_saving_s"] > 0 and savings["mtp"]["per_token_saving_s"] > 0
+    assert savings["two-batch-overlap"]["step_saving_s"] == 0.0  # no EP in tp8
+    table = runner.invoke(app, ["timing", "--layout", "tp8", "--phase", "decode", "--explain"])
+    assert "switch off" in table.output and "fused-ar-mhc" in table.output
+
+
+def test_curve_over_contexts_decode_feels_context():
+    res = runner.invoke(app, ["timing", "curve", "--layout", "wide-ep", "--context",
+                              "8k,32k,128k,256k", "--batches", "64", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    points = json.loads(res.output)["points"]
+    assert [p["context"] for p in points] == [8192, 32768, 131072, 262144]
+    steps = [p["step_s"] for p in points]
+    assert all(a < b for a, b in zip(steps, steps[1:], strict=False))
+    bad = runner.invoke(app, ["timing", "curve", "--context", "8q"])
+    assert bad.exit_code != 0 and "context" in bad.output

@@ -108,8 +108,11 @@ def test_layouts_shape():
 
 def test_from_config_section():
     from rackserve.config import TimingSection
+    from rackserve.timing.optimizations import SERVING_DEFAULTS
 
     tm = TimingModel.from_section(TimingSection(hardware="gb300", optimizations="baseline"))
     assert (
-        tm.hardware.name == "gb300" and tm.optimizations.enabled() == [] and tm.block_tokens == 64
+        tm.hardware.name == "gb300"
+        and tm.optimizations.enabled() == list(SERVING_DEFAULTS)
+        and tm.block_tokens == 64
     )

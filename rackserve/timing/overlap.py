@@ -1,0 +1,74 @@
+"""Two-micro-batch overlap (vLLM's dual batch overlap): the step's sequences are split in two halves
+and, layer by layer, one half's EP dispatch/combine runs while the other half computes.
+
+With C_a, C_b the two halves' compute (everything but dispatch/combine) and M_a, M_b their
+dispatch/combine over L MoE layers, the step takes
+    max(C_a + C_b + M_b / L,  M_a + M_b + C_a / L)
+(the first half's first layer and the second half's last combine cannot hide). Two half batches
+stream the weights twice, so a tuned stack overlaps only where it pays: the step is the faster of
+this and the serial step, never faster than its longest part (all compute or all communication).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rackserve.timing.batch import RankBatch, StepBatch, StepCost
+
+OVERLAPPED = "dispatch_combine"
+
+
+def split_in_two(batch: StepBatch) -> tuple[StepBatch, StepBatch] | None:
+    """Each rank's tokens cut at their midpoint, as vLLM's micro-batch split does (a sequence that
+    straddles it is computed in two parts, the second after the first); None when nothing splits."""
+    halves = [_split_rank(rb) for rb in batch.ranks]
+    a = tuple(h[0] for h in halves)
+    b = tuple(h[1] for h in halves)
+    if not any(rb.num_seqs for rb in b):
+        return None
+    experts = None if batch.expert_tokens is None else np.asarray(batch.expert_tokens) / 2.0
+    return StepBatch(a, experts), StepBatch(b, experts)
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def _split_rank(rb: RankBatch) -> tuple[RankBatch, RankBatch]:
+    new, cached = rb.new_tokens, rb.cached_tokens
+    n = new.shape[0]
+    total = int(new.sum())
+    if total < 2:
+        return rb, RankBatch(_EMPTY, _EMPTY)
+    if total == n:  # single-token decode: half the sequences each (the simulator's hot path)
+        h = (n + 1) // 2
+        first = RankBatch(new[:h], cached[:h], rb.pool_hbm_tokens, rb.pool_dram_tokens)
+        return first, RankBatch(new[h:], cached[h:])
+    ends = np.cumsum(new)
+    mid = total // 2
+    i = int(np.searchsorted(ends, mid))  # the sequence holding the midpoint
+    head = int(mid - (ends[i] - new[i]))  # its tokens that go to the first half
+    a_new = np.append(new[:i], head) if head else new[:i]
+    a_cached = np.append(cached[:i], cached[i]) if head else cached[:i]
+    rest = int(new[i] - head)
+    b_new = np.append(rest, new[i + 1 :]) if rest else new[i + 1 :]
+    b_cached = np.append(cached[i] + head, cached[i + 1 :]) if rest else cached[i + 1 :]
+    first = RankBatch(a_new.astype(np.int64), a_cached.astype(np.int64), rb.pool_hbm_tokens,
+                      rb.pool_dram_tokens)  # fmt: skip
+    return first, RankBatch(b_new.astype(np.int64), b_cached.astype(np.int64))
+
+
+def overlapped(serial: StepCost, a: StepCost, b: StepCost, moe_layers: int) -> StepCost:
+    """The step with its two halves overlapped, or `serial` where overlap would not be faster."""
+    m_a, m_b = a.breakdown.get(OVERLAPPED, 0.0), b.breakdown.get(OVERLAPPED, 0.0)
+    c_a, c_b = a.total_s - m_a, b.total_s - m_b
+    layers = max(moe_layers, 1)
+    total = max(c_a + c_b + m_b / layers, m_a + m_b + c_a / layers)
+    if total >= serial.total_s or m_a + m_b <= 0:
+        return serial
+    names = {**serial.breakdown, **a.breakdown, **b.breakdown}
+    breakdown = {k: a.breakdown.get(k, 0.0) + b.breakdown.get(k, 0.0) for k in names}
+    exposed = total - (c_a + c_b)
+    breakdown[OVERLAPPED] = exposed
+    busy = tuple(min(x + y, total) for x, y in zip(a.rank_busy_s, b.rank_busy_s, strict=True))
+    hidden = {OVERLAPPED: m_a + m_b - exposed}
+    return StepCost(total, breakdown, busy, serial.bound, hidden, serial.accepted_tokens)
