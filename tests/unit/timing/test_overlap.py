@@ -14,10 +14,17 @@ from .conftest import decode_step, prefill_step
 def test_split_keeps_every_position_once():
     batch = StepBatch((RankBatch.of([1] * 5, [10, 20, 30, 40, 50]), RankBatch.of([9000], [100])))
     a, b = split_in_two(batch)
-    assert [r.new_tokens.tolist() for r in a.ranks] == [[1, 1], [4500]]
-    assert [r.new_tokens.tolist() for r in b.ranks] == [[1, 1, 1], [4500]]
+    assert [r.new_tokens.tolist() for r in a.ranks] == [[1, 1, 1], [4500]]
+    assert [r.new_tokens.tolist() for r in b.ranks] == [[1, 1], [4500]]
+    assert b.ranks[0].cached_tokens.tolist() == [40, 50]
     assert b.ranks[1].cached_tokens.tolist() == [4600]  # the prompt's second half follows its first
     assert split_in_two(StepBatch((RankBatch.of([1], [5]),))) is None
+    mixed = RankBatch.of([3, 1, 4], [0, 7, 9])  # 8 tokens: the midpoint falls inside the third
+    a, b = split_in_two(StepBatch((mixed,)))
+    assert a.ranks[0].new_tokens.tolist() == [3, 1] and b.ranks[0].new_tokens.tolist() == [4]
+    odd = RankBatch.of([3, 1, 5], [0, 7, 9])  # 9 tokens: 4 and 5
+    a, b = split_in_two(StepBatch((odd,)))
+    assert a.ranks[0].new_tokens.tolist() == [3, 1] and b.ranks[0].new_tokens.tolist() == [5]
 
 
 def test_overlap_formula_by_hand():
