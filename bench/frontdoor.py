@@ -62,8 +62,8 @@ def new_engine() -> Engine:
     return Engine.from_config(
         model,
         num_blocks=cfg.engine.cache_blocks_per_rank,
-        chunk_tokens=cfg.engine.prefill_chunk_tokens,
-        max_batch_seqs=cfg.engine.max_batch_seqs,
+        max_num_batched_tokens=cfg.engine.max_num_batched_tokens,
+        max_num_seqs=cfg.engine.max_num_seqs,
     )
 
 

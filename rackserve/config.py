@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 ENV_PREFIX = "RACKSERVE_"
 
@@ -28,8 +28,19 @@ class EngineSection(Section):
     block_size: int = Field(16, gt=0, description="tokens per KV block")
     max_context: int = Field(8192, gt=0, description="longest prompt + output, in tokens (a 4096-token prompt fits with room to generate)")
     cache_blocks_per_rank: int = Field(4096, gt=0, description="HBM block cache per rank (small model)")
-    prefill_chunk_tokens: int = Field(512, gt=0)
-    max_batch_seqs: int = Field(64, gt=0)
+    # Scheduler limits per rank (rackserve/sched/limits.py): vLLM v1's defaults for its OpenAI server
+    # on a >= 70 GiB GPU. The older names prefill_chunk_tokens / max_batch_seqs are still accepted.
+    max_num_batched_tokens: int = Field(
+        8192, gt=0, description="tokens computed per step (vLLM max_num_batched_tokens)",
+        validation_alias=AliasChoices("max_num_batched_tokens", "prefill_chunk_tokens"),
+    )
+    max_num_seqs: int = Field(
+        1024, gt=0, description="running requests per rank (vLLM max_num_seqs)",
+        validation_alias=AliasChoices("max_num_seqs", "max_batch_seqs"),
+    )
+    max_queue_seqs: int = Field(
+        4096, gt=0, description="requests admitted per rank (waiting + running); more get RESOURCE_EXHAUSTED / 429",
+    )
 
 
 class TimingSection(Section):

@@ -54,12 +54,12 @@ class RankStep:
     kv_blocks_total: int = 0
     waiting: int = 0  # requests admitted but not in this step's batch
     queued_prompt_tokens: int = 0  # prompt tokens not computed yet
+    preemptions: int = 0  # requests preempted (recompute) in this step
 
 
 @dataclass
 class _Seq:
     prompt: list[int]
-    context: int  # tokens whose KV the rank holds before this step
     pool_hbm: int = 0
     pool_dram: int = 0
     charged: bool = False
@@ -87,8 +87,9 @@ class RankWorker:
             model,
             engram=table,
             num_blocks=eng.cache_blocks_per_rank,
-            chunk_tokens=eng.prefill_chunk_tokens,
-            max_batch_seqs=eng.max_batch_seqs,
+            max_num_batched_tokens=eng.max_num_batched_tokens,
+            max_num_seqs=eng.max_num_seqs,
+            max_queue=eng.max_queue_seqs,
             publisher=Publisher(self.instance, self.rank),
         )
         self.model = model
@@ -112,7 +113,7 @@ class RankWorker:
         self.engine.add_request(request_id, prompt, sampling, kv_blocks=kv_blocks)
         hbm = sum(bs for _, _, tier in fetched if tier == "pool_hbm")
         dram = sum(bs for _, _, tier in fetched if tier == "pool_dram")
-        self._seqs[request_id] = _Seq(prompt, (local + len(fetched)) * bs, hbm, dram)
+        self._seqs[request_id] = _Seq(prompt, hbm, dram)
         return Admitted(local * bs, hbm, dram)
 
     def submit_decode(
@@ -135,7 +136,7 @@ class RankWorker:
         )
         hbm = sum(bs for _, _, tier in fetched if tier == "pool_hbm")
         dram = sum(bs for _, _, tier in fetched if tier == "pool_dram")
-        self._seqs[request_id] = _Seq(prompt, (local + len(fetched)) * bs, hbm, dram)
+        self._seqs[request_id] = _Seq(prompt, hbm, dram)
         return Admitted(local * bs, hbm, dram)
 
     def cancel(self, request_id: str) -> None:
@@ -147,29 +148,30 @@ class RankWorker:
         result = self.engine.step()
         new, cached, emitted = [], [], []
         pool_hbm = pool_dram = 0
-        for out in result.outputs:
+        for out, planned in zip(result.outputs, result.schedule.seqs, strict=True):
             seq = self._seqs[out.request_id]
             computed = out.num_computed_tokens
             # The target's decode rank gets the prompt's whole KV (partial last block too) and
             # computes one token a step; the twin moves full blocks only and recomputes the tail
             # in its first step, which the target does not: charge what the target computes.
-            charged = 1 if self.role != "prefill" and computed > 1 else computed
+            # A request resumed after preemption recomputes on the target too: charged in full.
+            tail = self.role != "prefill" and computed > 1 and not planned.resumed
+            charged = 1 if tail else computed
             new.append(charged)
-            cached.append(seq.context + computed - charged)
+            cached.append(planned.num_computed_tokens + computed - charged)
             if not seq.charged:  # pooled KV is fetched during the request's first step
                 pool_hbm, pool_dram, seq.charged = (
                     pool_hbm + seq.pool_hbm,
                     pool_dram + seq.pool_dram,
                     True,
                 )
-            seq.context += out.num_computed_tokens
             emitted.append(self._emit(out))
         self._publish_events()
         stats = self.engine.stats().cache
         batch = RankBatch(
             np.asarray(new, np.int64), np.asarray(cached, np.int64), pool_hbm, pool_dram
         )
-        queued = sum(max(0, len(q.prompt) - q.context) for q in self._seqs.values())
+        load = self.engine.load()
         return RankStep(
             batch,
             tuple(emitted),
@@ -177,7 +179,8 @@ class RankWorker:
             stats.num_blocks - stats.num_free,
             stats.num_blocks,
             max(0, self.engine.num_requests - len(new)),
-            queued,
+            load.pending_prefill_tokens,
+            len(result.schedule.preempted),
         )
 
     def _emit(self, out: object) -> Emitted:

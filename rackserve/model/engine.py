@@ -9,11 +9,16 @@ once per process first: the small matrices run faster on one BLAS thread):
 - `cached_prefix_tokens(token_ids) -> int`: tokens of the longest locally cached prefix (whole
   blocks; not capped), for routing / pool look-ups.
 - `add_request(request_id, prompt_ids, params, output_ids=(), kv_blocks=()) -> Admission`:
-  validates input (ValueError naming the parameter), imports `kv_blocks` ([(block_hash, bytes)],
-  chained hashes of the prompt's leading full blocks, e.g. fetched from the KV pool), then reuses
-  the longest cached prefix, capped so that at least the last token is computed.
-- `step() -> StepResult`: one batch: every decoding request gets one token, then prefill chunks
-  fill the token budget (`chunk_tokens`). Finished requests release their blocks (they stay cached).
+  validates input (ValueError naming the parameter; a request that could not fit the cache even
+  alone is refused), imports `kv_blocks` ([(block_hash, bytes)], chained hashes of the prompt's
+  leading full blocks, e.g. fetched from the KV pool) into the cache and queues the request; raises
+  rackserve.sched.QueueFull when `max_queue` requests are already here. When the request is first
+  scheduled it reuses the longest cached prefix, capped so that at least the last token is computed.
+- `step() -> StepResult`: one step of the rank's scheduler (rackserve.sched.RankScheduler, the same
+  one the simulator runs): decode steps first, then chunked prefills within `max_num_batched_tokens`,
+  at most `max_num_seqs` running; when blocks run out the newest running request is preempted
+  (recompute) and resumes later. `StepResult.schedule` is the SchedulerOutput the step executed.
+  Finished requests release their blocks (full ones stay cached).
 - `export_prefix(token_ids) -> [(block_hash, bytes)]`: KV of the cached full blocks of a sequence
   (kv_codec format), e.g. for the pool after prefill. Call before later steps may evict them.
 - `free(request_id)`: abort a request and release its blocks.
@@ -29,8 +34,9 @@ blocks, recomputes the partial last block plus the first token (at most block_si
 samples token 2 at the same position with the same per-request seed, so it continues as if it had
 prefilled itself (greedy: identical tokens; logits equal within float32 rounding).
 
-Preemption is not implemented: a request waits while its blocks cannot be allocated, and `step`
-raises RuntimeError when nothing at all fits.
+Preemption (recompute, as vLLM v1): a preempted request keeps its tokens, loses its blocks (the full
+ones stay cached until evicted), and recomputes what is gone when it resumes; its sampling seed and
+positions are unchanged, so its outputs are exactly those of an uninterrupted run (greedy and seeded).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ import xxhash
 
 from rackserve.config import Config
 from rackserve.kv.block_cache import BlockCache, CacheStats
-from rackserve.kv.block_hash import block_hashes, root_hash
+from rackserve.kv.block_hash import block_hashes, hash_block, root_hash
 from rackserve.kv.events import KVEvent, Publisher
 from rackserve.kv.kv_codec import decode_block, encode_block
 from rackserve.kv.paged_kv import PagedKV
@@ -59,14 +65,36 @@ from rackserve.model.sampling import SamplingParams, sample
 from rackserve.model.tokenizer import EOS
 from rackserve.model.transformer import Segment, Transformer
 from rackserve.model.weights import init_weights
+from rackserve.sched.kv_ledger import KVLedger
+from rackserve.sched.limits import (
+    DEFAULT_MAX_QUEUE,
+    VLLM_MAX_NUM_BATCHED_TOKENS,
+    VLLM_MAX_NUM_SEQS,
+    SchedulerLimits,
+)
+from rackserve.sched.output import ScheduledSeq, SchedulerOutput
+from rackserve.sched.scheduler import QueueFull, RankScheduler
+from rackserve.sched.seq_state import SeqState
 from rackserve.timing.batch import RankBatch
+
+__all__ = [
+    "Admission",
+    "Engine",
+    "EngineLoad",
+    "EngineStats",
+    "QueueFull",
+    "StepResult",
+    "TokenOutput",
+]
 
 
 @dataclass(frozen=True)
 class Admission:
     request_id: str
     num_tokens: int  # prompt + given outputs
-    num_cached_tokens: int  # reused (local hit or imported), not computed
+    num_cached_tokens: (
+        int  # cached here at admission (local hit or imported), capped; reused when it starts
+    )
     num_imported_blocks: int
 
 
@@ -80,7 +108,7 @@ class TokenOutput:
     finished: bool
     finish_reason: str | None  # "stop" (EOS) | "length" (max_tokens or context limit)
     num_computed_tokens: int  # computed for this request in this step
-    num_cached_tokens: int  # reused at admission
+    num_cached_tokens: int  # reused from the cache when the request first started
     num_output_tokens: int
 
 
@@ -90,12 +118,21 @@ class StepResult:
     num_prefill_tokens: int  # computed for requests that were not decoding
     num_decode_tokens: int
     num_seqs: int
-    new_tokens: tuple[int, ...] = ()  # per scheduled sequence: tokens computed this step
-    context_before: tuple[int, ...] = ()  # per scheduled sequence: tokens already in KV before
+    schedule: SchedulerOutput = field(default_factory=lambda: SchedulerOutput(0))
+
+    @property
+    def new_tokens(self) -> tuple[int, ...]:
+        """Per scheduled sequence: tokens computed this step."""
+        return self.schedule.new_tokens
+
+    @property
+    def context_before(self) -> tuple[int, ...]:
+        """Per scheduled sequence: tokens already in KV before the step."""
+        return tuple(s.num_computed_tokens for s in self.schedule.seqs)
 
     def rank_batch(self) -> RankBatch:
         """This step as the cost model's input (rackserve.timing.batch.RankBatch)."""
-        return RankBatch.of(list(self.new_tokens), list(self.context_before))
+        return self.schedule.rank_batch()
 
 
 @dataclass(frozen=True)
@@ -106,6 +143,7 @@ class EngineLoad:
     num_decoding: int
     pending_prefill_tokens: int  # prompt tokens admitted but not computed yet
     free_blocks: int
+    num_waiting: int = 0  # admitted, not running (new, or preempted and waiting to resume)
 
 
 @dataclass(frozen=True)
@@ -114,32 +152,53 @@ class EngineStats:
     reused_tokens: int
     imported_blocks: int
     cache: CacheStats
+    num_preemptions: int = 0  # vllm:num_preemptions_total
+
+
+class TokenIdentity:
+    """A block's identity from the request's real tokens (rackserve.kv.block_hash's chain)."""
+
+    def __init__(self, requests: dict[str, EngineRequest], block_size: int, root: int) -> None:
+        self._requests, self._bs, self._root = requests, block_size, root
+
+    def block(self, seq: SeqState, index: int, parent: int | None) -> tuple[int, list[int]]:
+        tokens = self._requests[seq.req_id].token_ids[index * self._bs : (index + 1) * self._bs]
+        return hash_block(self._root if parent is None else parent, tokens), tokens
 
 
 class Engine:
-    """Requests in, tokens out, for one rank with its own paged KV and block cache."""
+    """Requests in, tokens out, for one rank with its own paged KV, block cache and scheduler."""
 
     def __init__(
         self,
         cfg: ModelConfig,
         transformer: Transformer,
         num_blocks: int,
-        chunk_tokens: int = 512,
-        max_batch_seqs: int = 64,
+        max_num_batched_tokens: int = VLLM_MAX_NUM_BATCHED_TOKENS,
+        max_num_seqs: int = VLLM_MAX_NUM_SEQS,
+        max_queue: int = DEFAULT_MAX_QUEUE,
         publisher: Publisher | None = None,
         on_event: Callable[[KVEvent], None] | None = None,
     ) -> None:
-        if chunk_tokens <= 0 or max_batch_seqs <= 0:
-            raise ValueError("chunk_tokens and max_batch_seqs must be positive")
+        if min(max_num_batched_tokens, max_num_seqs, max_queue) <= 0:
+            raise ValueError("max_num_batched_tokens, max_num_seqs and max_queue must be positive")
         self.cfg = cfg
         self.model = transformer
         self.kv = PagedKV(cfg.n_layers, num_blocks, cfg.block_size, cfg.head_dim)
         self.cache = BlockCache(num_blocks, cfg.block_size, publisher, on_event)
-        self.chunk_tokens = chunk_tokens
-        self.max_batch_seqs = max_batch_seqs
         self._root = root_hash(cfg.model_id)
         self._requests: dict[str, EngineRequest] = {}
+        self.ledger = KVLedger(
+            self.cache, TokenIdentity(self._requests, cfg.block_size, self._root)
+        )
+        limits = SchedulerLimits(max_num_batched_tokens, max_num_seqs, max_queue)
+        self.scheduler = RankScheduler(limits, kv=self.ledger)
         self._computed = self._reused = self._imported = 0
+
+    @property
+    def chunk_tokens(self) -> int:
+        """The token budget of a step (vLLM max_num_batched_tokens)."""
+        return self.scheduler.limits.max_num_batched_tokens
 
     @classmethod
     def from_deployment(
@@ -155,8 +214,9 @@ class Engine:
             ModelConfig.from_sections(e, config.engram),
             engram,
             num_blocks=e.cache_blocks_per_rank,
-            chunk_tokens=e.prefill_chunk_tokens,
-            max_batch_seqs=e.max_batch_seqs,
+            max_num_batched_tokens=e.max_num_batched_tokens,
+            max_num_seqs=e.max_num_seqs,
+            max_queue=e.max_queue_seqs,
             publisher=publisher,
             on_event=on_event,
         )
@@ -182,11 +242,18 @@ class Engine:
 
     def load(self) -> EngineLoad:
         decoding = sum(1 for r in self._requests.values() if r.is_decoding)
-        pending = sum(r.num_pending for r in self._requests.values() if not r.is_decoding)
-        return EngineLoad(len(self._requests), decoding, pending, self.cache.num_free)
+        pending = sum(r.seq.pending for r in self._requests.values() if not r.is_decoding)
+        waiting = len(self.scheduler.waiting)
+        return EngineLoad(len(self._requests), decoding, pending, self.cache.num_free, waiting)
 
     def stats(self) -> EngineStats:
-        return EngineStats(self._computed, self._reused, self._imported, self.cache.stats())
+        return EngineStats(
+            self._computed,
+            self._reused,
+            self._imported,
+            self.cache.stats(),
+            self.scheduler.num_preemptions,
+        )
 
     def drain_events(self) -> list[KVEvent]:
         return self.cache.drain_events()
@@ -213,38 +280,25 @@ class Engine:
         kv_blocks: Sequence[tuple[int, bytes]] = (),
     ) -> Admission:
         tokens = self._validate(request_id, prompt_ids, output_ids, params)
+        if len(self.scheduler) >= self.scheduler.limits.max_queue:
+            raise QueueFull(f"rank queue full: {len(self.scheduler)} requests admitted")
         hashes, blocks = self._chain(tokens)
         imported_before = self._imported
-        held = self._import(hashes, blocks, kv_blocks)
-        found = self.cache.match_prefix(hashes, blocks)
-        usable = found[
-            : (len(tokens) - 1) // self.cfg.block_size
-        ]  # the last token is always computed
-        self.cache.acquire(usable)
-        self.cache.release(held)
-        self.cache.record_lookup(len(hashes), len(usable))
+        self.cache.release(self._import(hashes, blocks, kv_blocks))
+        usable = (len(tokens) - 1) // self.cfg.block_size  # the last token is always computed
+        cached = min(len(self.cache.match_prefix(hashes, blocks)), usable) * self.cfg.block_size
         seed = params.seed if params.seed is not None else xxhash.xxh64_intdigest(request_id) >> 1
-        cached = len(usable) * self.cfg.block_size
-        self._requests[request_id] = EngineRequest(
-            request_id,
-            tokens,
-            len(prompt_ids),
-            params,
-            seed,
-            list(usable),
-            hashes[: len(usable)],
-            cached,
-            cached,
-        )
-        self._reused += cached
+        seq = SeqState(request_id, len(tokens), params.max_tokens - len(output_ids))
+        request = EngineRequest(request_id, tokens, len(prompt_ids), params, seed, seq)
+        self._requests[request_id] = request
+        assert self.scheduler.admit(seq)
         return Admission(request_id, len(tokens), cached, self._imported - imported_before)
 
     def free(self, request_id: str) -> None:
         """Abort: release the request's blocks (full ones stay cached)."""
-        request = self._requests.pop(request_id, None)
-        if request is None:
+        if self._requests.pop(request_id, None) is None:
             raise ValueError(f"request_id {request_id!r} is not running")
-        self.cache.release(request.block_ids)
+        self.scheduler.abort(request_id)
 
     def _validate(
         self,
@@ -270,6 +324,13 @@ class Engine:
         if len(output_ids) >= params.max_tokens:
             raise ValueError(
                 f"output_ids: {len(output_ids)} tokens already reach max_tokens {params.max_tokens}"
+            )
+        longest = min(self.cfg.max_context, len(prompt_ids) + params.max_tokens)
+        need = -(-longest // self.cfg.block_size)
+        if need > self.cache.num_blocks:
+            raise ValueError(
+                f"prompt_ids: up to {longest} tokens need {need} KV blocks; the cache has "
+                f"{self.cache.num_blocks}, so the request could never finish"
             )
         return tokens
 
@@ -328,22 +389,23 @@ class Engine:
 
     # -- stepping ----------------------------------------------------------------------------
     def step(self) -> StepResult:
-        """Schedule and run one batch; sample where a request's computed tokens caught up."""
-        scheduled = self._schedule()
-        if not scheduled:
-            if self._requests:
-                raise RuntimeError("KV cache too small: no request can get the blocks it needs")
-            return StepResult((), 0, 0, 0)
-        decode = sum(1 for r, _ in scheduled if r.is_decoding)
-        total = sum(n for _, n in scheduled)
-        before = tuple(r.num_computed for r, _ in scheduled)
-        logits = self.model.forward(self.kv, self._segments(scheduled))
+        """Run one step of the scheduler's output; sample where a request's computed tokens caught up."""
+        plan = self.scheduler.schedule()
+        if plan.empty:
+            return StepResult((), 0, 0, 0, plan)
+        requests = [self._requests[s.req_id] for s in plan.seqs]
+        decode = sum(1 for r, s in zip(requests, plan.seqs, strict=True) if _is_decode(r, s))
+        logits = self.model.forward(self.kv, self._segments(plan, requests))
         outputs = tuple(
-            self._advance(r, n, row) for (r, n), row in zip(scheduled, logits, strict=True)
+            self._advance(r, s, row) for r, s, row in zip(requests, plan.seqs, logits, strict=True)
         )
+        finished = [o.request_id for o in outputs if o.finished]
+        self.scheduler.update(plan, finished)
+        for request_id in finished:
+            del self._requests[request_id]
+        total = plan.total_new_tokens
         self._computed += total
-        new = tuple(n for _, n in scheduled)
-        return StepResult(outputs, total - decode, decode, len(scheduled), new, before)
+        return StepResult(outputs, total - decode, decode, len(plan.seqs), plan)
 
     def generate(
         self, requests: Sequence[tuple[str, Sequence[int], SamplingParams]]
@@ -359,64 +421,47 @@ class Engine:
                     out[o.request_id].append(o.token)
         return out
 
-    def _schedule(self) -> list[tuple[EngineRequest, int]]:
-        """Decoding requests first (one token each), then prefill chunks within the token budget."""
-        budget = self.chunk_tokens
-        chosen: list[tuple[EngineRequest, int]] = []
-        ordered = sorted(self._requests.values(), key=lambda r: not r.is_decoding)  # stable
-        for request in ordered:
-            if len(chosen) == self.max_batch_seqs or budget == 0:
-                break
-            n = min(request.num_pending, budget)
-            need = request.blocks_needed(n, self.cfg.block_size)
-            if need > self.cache.num_free:
-                continue
-            request.block_ids += self.cache.allocate(need)
-            chosen.append((request, n))
-            budget -= n
-        return chosen
-
-    def _segments(self, scheduled: list[tuple[EngineRequest, int]]) -> list[Segment]:
+    def _segments(self, plan: SchedulerOutput, requests: list[EngineRequest]) -> list[Segment]:
         """The batch for the model; Engram row ids of all new tokens are hashed in one call."""
+        spans = [
+            (s.num_computed_tokens, s.num_computed_tokens + s.num_new_tokens) for s in plan.seqs
+        ]
         windows = [
-            engram_windows(r.token_ids, r.num_computed, r.num_computed + n, self.cfg)
-            for r, n in scheduled
+            engram_windows(r.token_ids, a, b, self.cfg)
+            for r, (a, b) in zip(requests, spans, strict=True)
         ]
         rows = np.split(
             engram_row_ids_windows(np.concatenate(windows), self.cfg),
-            np.cumsum([n for _, n in scheduled])[:-1],
+            np.cumsum([b - a for a, b in spans])[:-1],
         )
         return [
             Segment(
-                np.asarray(r.token_ids[r.num_computed : r.num_computed + n], np.int64),
-                r.num_computed,
-                np.asarray(r.block_ids, np.int64),
+                np.asarray(r.token_ids[a:b], np.int64),
+                a,
+                np.asarray(self.ledger.block_ids(r.request_id), np.int64),
                 seg_rows,
             )
-            for (r, n), seg_rows in zip(scheduled, rows, strict=True)
+            for r, (a, b), seg_rows in zip(requests, spans, rows, strict=True)
         ]
 
-    def _advance(self, request: EngineRequest, n: int, logits: np.ndarray) -> TokenOutput:
-        """Count computed tokens, cache newly full blocks, sample if caught up, finish if done."""
-        request.num_computed += n
-        for index, block_hash, parent, tokens in request.next_full_blocks(
-            self.cfg.block_size, self._root
-        ):
-            self.cache.commit(request.block_ids[index], block_hash, tokens, parent)
+    def _advance(self, request: EngineRequest, s: ScheduledSeq, logits: np.ndarray) -> TokenOutput:
+        """Sample if the step caught up with the request's tokens; decide whether it finished.
+        (The scheduler's `update` then counts the tokens and caches the newly full blocks.)"""
+        if request.num_cached is None:  # first step: the prefix it started from
+            request.num_cached = s.num_computed_tokens
+            self._reused += s.num_computed_tokens
         token = None
-        if request.num_pending == 0:
+        if s.num_computed_tokens + s.num_new_tokens == len(request.token_ids):
             token = sample(logits, request.params, request.seed, len(request.token_ids))
             request.token_ids.append(token)
             request.finish_reason = self._finish_reason(request, token)
-        if request.finish_reason is not None:
-            self.free(request.request_id)
         return TokenOutput(
             request.request_id,
             token,
             logits if token is not None else None,
             request.finish_reason is not None,
             request.finish_reason,
-            n,
+            s.num_new_tokens,
             request.num_cached,
             request.num_outputs,
         )
@@ -430,3 +475,8 @@ class Engine:
         ):
             return "length"
         return None
+
+
+def _is_decode(request: EngineRequest, s: ScheduledSeq) -> bool:
+    """A one-token step of a request that already has outputs (not a prefill chunk)."""
+    return s.num_new_tokens == 1 and request.num_outputs > 0

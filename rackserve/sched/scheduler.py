@@ -62,6 +62,7 @@ class RankScheduler:
         if len(self._seqs) >= self.limits.max_queue:
             return False
         self._seqs[seq.req_id] = seq
+        seq.delivered_tokens = seq.computed_tokens
         self.waiting.append(seq)
         return True
 
@@ -148,8 +149,8 @@ class RankScheduler:
     def _start(self, seq: SeqState) -> None:
         if self.on_start is not None and seq.preemptions == 0:
             self.on_start(seq)
-        if self.kv is not None:
-            seq.computed_tokens = max(seq.computed_tokens, self.kv.lookup(seq))
+        if self.kv is not None:  # (again, if it could not be placed last time: the cache changed)
+            seq.computed_tokens = max(seq.delivered_tokens, self.kv.lookup(seq))
         assert seq.pending > 0, "a prefix hit is capped so that at least one token is computed"
 
     def _allocate(self, seq: SeqState, n: int) -> int | None:
@@ -173,7 +174,7 @@ class RankScheduler:
         """Recompute preemption: release the blocks, reset the counter, wait at the queue's head."""
         self.running.remove(seq)
         freed = self.kv.free(seq) if self.kv is not None else 0
-        seq.computed_tokens = 0
+        seq.computed_tokens = seq.delivered_tokens = 0
         seq.started = False
         seq.preemptions += 1
         self.num_preemptions += 1

@@ -24,6 +24,7 @@ class SeqState:
     )
     pool_dram_tokens: int = 0  # ... and from its DRAM tier
     payload: Any = None  # the owner's handle (the simulator's request record)
+    delivered_tokens: int = 0  # KV that came with it (e.g. a P->D transfer); lost on preemption
     preemptions: int = 0  # times this sequence lost its KV and went back to waiting
     started: bool = False  # looked up its cached prefix and joined the running set
 

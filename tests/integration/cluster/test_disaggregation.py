@@ -26,7 +26,7 @@ def reference_tokens(prompt: list[int], n: int) -> list[int]:
     engine = Engine.from_config(
         ModelConfig.from_sections(cfg.engine, cfg.engram),
         num_blocks=512,
-        chunk_tokens=cfg.engine.prefill_chunk_tokens,
+        max_num_batched_tokens=cfg.engine.max_num_batched_tokens,
     )
     engine.add_request(
         "ref", prompt, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)

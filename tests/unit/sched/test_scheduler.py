@@ -93,12 +93,14 @@ def test_blocks_run_out_newest_running_is_preempted_and_resumes_with_its_cached_
         out = s.schedule()
         assert out.req_ids == ("a",)
         s.update(out)
-    s.update(s.schedule())  # a's last token: it leaves and frees its 3 blocks
+    s.update(s.schedule())  # a's last token: it leaves and frees its 4 blocks
     resumed = s.schedule()
     (entry,) = resumed.seqs
-    # b resumes: its 2 full blocks were still cached, so it recomputes only the sampled token.
-    assert entry.req_id == "b" and entry.resumed and entry.num_computed_tokens == 8
-    assert entry.num_new_tokens == 1
+    # b resumes with what survived: its freed blocks were queued last block first, so a's fourth
+    # block evicted b's second; b's first is still cached (4 tokens) and the rest is recomputed,
+    # although b was looked up (8 tokens found) while it waited: a stale lookup must not count.
+    assert entry.req_id == "b" and entry.resumed and entry.num_computed_tokens == 4
+    assert entry.num_new_tokens == 5 and b.preemptions == 1
 
 
 def test_lone_sequence_preempts_itself_never_raises():
