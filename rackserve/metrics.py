@@ -437,6 +437,9 @@ class VllmMetrics:
         self.kv_cache_usage_perc = Gauge(
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", vl, registry=r
         )
+        self.num_preemptions = Counter(  # exported as vllm:num_preemptions_total
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine.", vl, registry=r
+        )
 
 
 class ProcessMetrics:
@@ -507,6 +510,11 @@ class ProcessMetrics:
         self.vllm.num_requests_waiting.labels(**vl).set(waiting)
         usage = kv_blocks_used / kv_blocks_capacity if kv_blocks_capacity else 0.0
         self.vllm.kv_cache_usage_perc.labels(**vl).set(usage)
+
+    def observe_preemptions(self, rank: RankKey, count: int) -> None:
+        """Requests a rank's scheduler preempted (recompute) in one step."""
+        vl = {"model_name": self.model_name, "engine": rank.engine}
+        self.vllm.num_preemptions.labels(**vl).inc(count)
 
 
 def metric_names(registry: CollectorRegistry) -> Iterable[str]:

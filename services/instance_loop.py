@@ -124,6 +124,8 @@ class InstanceLoop:
         self.metrics.ranks.record_pacing(key, lag_s)
         if step is IDLE:  # not called this step: its last reported state still holds
             return
+        if step.preemptions:
+            self.metrics.observe_preemptions(key, step.preemptions)
         self.metrics.observe_rank_state(
             key,
             step.batch.num_seqs,

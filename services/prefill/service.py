@@ -11,6 +11,7 @@ import grpc
 import ray
 
 from rackserve.metrics import ProcessMetrics, RankKey
+from rackserve.sched.scheduler import QueueFull
 from services import rank_probe
 from services._proto import prefill_pb2, prefill_pb2_grpc
 from services.instance_loop import InstanceLoop, StepDone
@@ -39,13 +40,15 @@ def sampling_dict(params: prefill_pb2.SamplingParams) -> dict:
 
 
 async def call_actor(ref: ray.ObjectRef, context: grpc.aio.ServicerContext) -> object:
-    """Await an actor call; a ValueError inside (bad input) becomes INVALID_ARGUMENT."""
+    """Await an actor call; a ValueError inside (bad input) becomes INVALID_ARGUMENT, a full rank
+    queue (rackserve.sched.QueueFull) RESOURCE_EXHAUSTED."""
     try:
         return await ref
     except ray.exceptions.RayTaskError as exc:
-        cause = exc.cause if isinstance(exc.cause, ValueError) else None
-        if cause is not None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(cause))
+        if isinstance(exc.cause, QueueFull):
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc.cause))
+        if isinstance(exc.cause, ValueError):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc.cause))
         raise
 
 

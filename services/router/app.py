@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rackserve.metrics import ProcessMetrics, RequestRecord
 from rackserve.model import hf_tokenizer, tokenizer
+from services.router.admission import RETRY_AFTER_S
 from services.router.detok import Detokenizer
 from services.router.openai_models import (
     ChatCompletionRequest,
@@ -176,6 +177,9 @@ def _install_errors(app: FastAPI) -> None:
     async def worker_failed(_: Request, exc: grpc.aio.AioRpcError) -> JSONResponse:
         if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # the worker named the bad field
             return JSONResponse(error_body(exc.details() or "invalid request"), status_code=400)
+        if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # a rank's queue is full: push back
+            body = error_body(f"server busy: {exc.details()}", kind="rate_limit_exceeded")
+            return JSONResponse(body, status_code=429, headers={"retry-after": str(RETRY_AFTER_S)})
         log.warning("worker call failed: %s %s", exc.code().name, exc.details())
         return JSONResponse(
             error_body(f"worker unavailable: {exc.code().name}", kind="server_error"),

@@ -27,7 +27,10 @@ if TYPE_CHECKING:
 
 MAX_MIGRATIONS = 3  # per request; a request failing on more ranks than this gets the error
 QUARANTINE_S = 5.0  # a failed rank is routed to again after this (Ray restarts its actor)
-NOT_MIGRATED = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.CANCELLED})
+# bad input, our own cancel, a full rank queue (pushed back to the client as 429)
+NOT_MIGRATED = frozenset(
+    {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.CANCELLED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+)
 SUFFIX = "-mig"
 
 

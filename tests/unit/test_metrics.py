@@ -23,6 +23,7 @@ VLLM_NAMES = {
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
     "vllm:kv_cache_usage_perc",
+    "vllm:num_preemptions",
 }
 
 
@@ -57,6 +58,7 @@ def test_every_vllm_name_is_registered_with_model_and_engine_labels():
     m.observe_request(_one_request())
     m.observe_prefix_lookup(RankKey("prefill-0", 0, "prefill"), {"rank_hbm": 64, "miss": 36})
     m.observe_rank_state(RankKey("decode-0", 1, "decode"), 3, 2, 0, 25, 100)
+    m.observe_preemptions(RankKey("decode-0", 1, "decode"), 1)
     seen = {name for name, _ in _samples(m)}
     for name in VLLM_NAMES:
         base = {name, f"{name}_total", f"{name}_count"}
@@ -192,3 +194,11 @@ def test_pool_tier_occupancy():
     assert s[("rackserve_pool_evictions_total", frozenset({"tier": "pool_hbm"}.items()))] == 2
     with pytest.raises(ValueError):
         m.pool.record_tier("rank_hbm", 0, 0, 0)
+
+
+def test_preemptions_are_counted_per_engine_under_the_vllm_name():
+    m = ProcessMetrics("m")
+    m.observe_preemptions(RankKey("decode-0", 1, "decode"), 3)
+    m.observe_preemptions(RankKey("decode-0", 1, "decode"), 2)
+    text = m.exposition().decode()
+    assert 'vllm:num_preemptions_total{engine="decode-0/1",model_name="m"} 5.0' in text
