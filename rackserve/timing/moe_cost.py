@@ -12,6 +12,7 @@ from rackserve.timing.cost_context import CostContext, LayerGroups
 from rackserve.timing.layout import Layout
 from rackserve.timing.parts import Parts
 from rackserve.timing.roofline import (
+    MAX_MEMORY_EFFICIENCY,
     copy_time,
     domain_bw_factor,
     gemm_time,
@@ -182,7 +183,9 @@ def _shared_expert(
         # packed into the routed GEMM: no own kernels, its tiles streamed by SMs the routed GEMM leaves idle
         wbytes = 3 * inter * m.hidden * hw.stored_bytes(moe.shared_dtype)
         bw = max(
-            hw.hbm_bw_bytes_per_s * min(0.95, hw.efficiency.grouped_memory * bw_scale) * dom,
+            hw.hbm_bw_bytes_per_s
+            * min(MAX_MEMORY_EFFICIENCY, hw.efficiency.grouped_memory * bw_scale)
+            * dom,
             hw.hbm_bw_bytes_per_s * hw.efficiency.gemm_memory,
         )
         packed = wbytes / bw
