@@ -6,6 +6,11 @@ full block (its hash stays findable) until it is handed out again: that is the e
 emits a `removed` KVEvent. Committing a full block emits a `stored` KVEvent (tier "rank_hbm").
 A referenced block is never in the free queue, so it is never evicted; capacity is the fixed
 number of blocks. Events go to `on_event` if given, and are kept for `drain_events()` otherwise.
+
+Eviction is prefix-closed: a prefix is matched from its first block, so when a cached block is
+evicted, the cached blocks chained after it (which may sit in other requests' blocks, e.g. after
+two requests computed the same first block at once) are forgotten first, tails before parents;
+and a block whose parent is not cached is never cached.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ class BlockCache:
         self._hash: list[int | None] = [None] * num_blocks
         self._tokens: list[tuple[int, ...] | None] = [None] * num_blocks
         self._by_hash: dict[int, int] = {}
+        self._children: dict[int, set[int]] = {}  # cached hash -> cached hashes chained after it
+        self._parent: dict[int, int | None] = {}  # cached hash -> its parent hash
         self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
         self._events = EventSequencer(publisher or Publisher("local"))
         self._on_event = on_event
@@ -138,14 +145,20 @@ class BlockCache:
         self, block_id: int, block_hash: int, tokens: Sequence[int], parent: int | None
     ) -> bool:
         """Mark a referenced, full block as caching `block_hash`. Returns False (and caches nothing)
-        when another block already caches that hash: the first copy stays the findable one."""
+        when another block already caches that hash (the first copy stays the findable one) or
+        when its parent is not cached (nothing could reach it)."""
         assert self._ref[block_id] > 0, "only a referenced block can be committed"
         assert len(tokens) == self.block_size, "only full blocks are cached"
         if block_hash in self._by_hash or self._hash[block_id] is not None:
             return False
+        if parent is not None and parent not in self._by_hash:
+            return False
         self._hash[block_id] = block_hash
         self._tokens[block_id] = tuple(int(t) for t in tokens)
         self._by_hash[block_hash] = block_id
+        self._parent[block_hash] = parent
+        if parent is not None:
+            self._children.setdefault(parent, set()).add(block_hash)
         self._emit(self._events.make("stored", TIER, (block_hash,), parent))
         return True
 
@@ -163,6 +176,11 @@ class BlockCache:
         block_hash = self._hash[block]
         if block_hash is None:
             return
+        for child in sorted(self._children.pop(block_hash, ())):  # tails go first
+            self._evict(self._by_hash[child])
+        siblings = self._children.get(self._parent.pop(block_hash))  # type: ignore[arg-type]
+        if siblings is not None:
+            siblings.discard(block_hash)
         del self._by_hash[block_hash]
         self._hash[block] = None
         self._tokens[block] = None

@@ -1,4 +1,4 @@
-"""The rack KV pool's metadata: which block lives in which tier, leases, reservations, eviction.
+"""The rack KV pool's metadata: which block lives in which tier, reservations, eviction.
 
 Pure core (no Redis): the pool service adapts it to gRPC + Redis, the offline simulator uses it
 as is. Time is an argument (`now`, seconds), so both clocks work.
@@ -7,142 +7,48 @@ Rules:
 - Two tiers, `pool_hbm` then `pool_dram`, each with a capacity in *target* bytes (what a block
   weighs in the emulated rack), plus one budget of *actual* bytes (what Redis really holds).
 - A put is two-phase: `reserve` books space (a block is invisible until `commit`); a reservation
-  that is not committed within `lease_s` is released.
+  that is not committed within `lease_s` is released. A block is stored only after its parent
+  (the block before it in its chain): one whose parent is gone could never be matched.
 - New blocks go to `pool_hbm`. When an allocation would take a tier above its high watermark,
   LRU blocks are evicted until the tier is at or below its low watermark after the allocation:
   `pool_hbm` blocks are demoted to `pool_dram` (entering it as most recent), `pool_dram` blocks
-  are dropped. Blocks under a read lease are never evicted; a lease expires after `lease_s`.
+  are dropped. Eviction is prefix-closed (pool_chains.py): a tail goes before its parent. Blocks
+  under a read lease (pool_leases.py) are never evicted; a lease expires after `lease_s`.
 - Every change is a KV event (stored / removed / cleared with its tier), numbered per publisher.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import Literal
+from collections import Counter
+from dataclasses import dataclass
 
-from rackserve.config import PoolSection
 from rackserve.kv.events import EventSequencer, KVEvent, Publisher
+from rackserve.kv.pool_chains import PoolChains, StoredBlock
+from rackserve.kv.pool_leases import Leases
+from rackserve.kv.pool_limits import POOL_TIERS, PoolLimits, PoolTier
+from rackserve.kv.pool_messages import (
+    BlockPut,
+    Lookup,
+    PoolCounters,
+    PoolPrefix,
+    PutStatus,
+    Reservation,
+    TierUsage,
+)
 
-PoolTier = Literal["pool_hbm", "pool_dram"]
-POOL_TIERS: tuple[PoolTier, ...] = ("pool_hbm", "pool_dram")
-PutStatus = Literal["reserved", "exists", "pending", "no_space"]
+__all__ = ["POOL_PUBLISHER", "POOL_TIERS", "BlockPut", "Lookup", "PoolCounters", "PoolLimits",
+           "PoolPrefix", "PoolTier", "PoolTiers", "PutStatus", "Reservation", "TierUsage"]
+
 POOL_PUBLISHER = Publisher("pool", 0)
-
-
-@dataclass(frozen=True)
-class PoolLimits:
-    """Capacities (target bytes per tier, actual bytes overall), watermarks and lease length."""
-
-    hbm_capacity_bytes: int
-    dram_capacity_bytes: int
-    budget_bytes: int
-    high_watermark: float = 0.95
-    low_watermark: float = 0.85
-    lease_s: float = 30.0
-    block_charge_bytes: int = 0  # target bytes of a block whose put names none (0: its actual size)
-
-    def __post_init__(self) -> None:
-        assert 0 < self.low_watermark < self.high_watermark <= 1, "watermarks out of order"
-        assert min(self.hbm_capacity_bytes, self.dram_capacity_bytes) >= 0 and self.budget_bytes > 0
-
-    @classmethod
-    def from_config(cls, pool: PoolSection, block_charge_bytes: int = 0) -> PoolLimits:
-        return cls(pool.hbm_capacity_bytes, pool.dram_capacity_bytes, pool.redis_budget_bytes,
-                   pool.high_watermark, pool.low_watermark, pool.lease_s, block_charge_bytes)
-
-    def capacity(self, tier: PoolTier) -> int:
-        return self.hbm_capacity_bytes if tier == "pool_hbm" else self.dram_capacity_bytes
-
-
-@dataclass(slots=True)
-class _Block:
-    block_hash: int
-    size: int  # actual bytes in Redis
-    charge: int  # target bytes counted against the tier
-    owner: str
-    tier: PoolTier
-    last_use: float
-    parent_hash: int | None  # hash preceding this block in the put that stored it (None = root)
-    leases: int = 0
 
 
 @dataclass(slots=True)
 class _Pending:
     txn: int
-    block: _Block
+    block: StoredBlock
     expires_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class BlockPut:
-    """One block offered to the pool: its hash, actual size and target size (0 = the pool's
-    `block_charge_bytes`, or the actual size when that is 0 too)."""
-
-    block_hash: int
-    size: int
-    target_size: int = 0
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """Outcome of `reserve`: per block `reserved` (caller writes bytes, then commits), `exists`
-    (already stored), `pending` (another writer holds it) or `no_space` (recompute instead)."""
-
-    txn: int
-    statuses: tuple[PutStatus, ...]
-    tiers: tuple[PoolTier | None, ...]
-    expires_at: float
-
-    @property
-    def to_write(self) -> tuple[int, ...]:
-        """Indices of the blocks whose bytes the caller must write."""
-        return tuple(i for i, s in enumerate(self.statuses) if s == "reserved")
-
-
-
-@dataclass(frozen=True)
-class Lookup:
-    """Outcome of `lookup`: tier of each block (None = miss) and the read lease over the hits."""
-
-    tiers: tuple[PoolTier | None, ...]
-    lease_id: int  # 0 = no lease (no hit)
-    expires_at: float
-
-
-@dataclass(frozen=True)
-class PoolPrefix:
-    count: int
-    tiers: tuple[PoolTier, ...]
-
-
-@dataclass(frozen=True)
-class TierUsage:
-    keys: int
-    bytes: int
-    target_bytes: int
-    capacity_bytes: int
-    reserved_target_bytes: int
-
-
-@dataclass
-class PoolCounters:
-    """Monotonic counters since start (the service exports them as Prometheus counters)."""
-
-    puts: int = 0
-    put_blocks: int = 0
-    committed_blocks: int = 0
-    gets: int = 0
-    hits: dict[str, int] = field(default_factory=lambda: dict.fromkeys(POOL_TIERS, 0))
-    misses: int = 0
-    evictions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(POOL_TIERS, 0))
-    demotions: int = 0
-    lease_expiries: int = 0
-    reservation_expiries: int = 0
-    alloc_failures: int = 0
-    removed_blocks: int = 0
-    clears: int = 0
+    written: bool = False  # committed by its writer, waiting for its parent to be stored
 
 
 class PoolTiers:
@@ -151,16 +57,18 @@ class PoolTiers:
     def __init__(self, limits: PoolLimits, publisher: Publisher = POOL_PUBLISHER) -> None:
         self.limits = limits
         self.counters = PoolCounters()
-        self._lru: dict[PoolTier, OrderedDict[int, _Block]] = {t: OrderedDict() for t in POOL_TIERS}
+        self._chains = PoolChains()
+        self._leases = Leases(limits.lease_s)
         self._used = dict.fromkeys(POOL_TIERS, 0)  # target bytes, committed + reserved
         self._high = {t: limits.high_watermark * limits.capacity(t) for t in POOL_TIERS}
         self._reserved = dict.fromkeys(POOL_TIERS, 0)
         self._actual_used = 0  # actual bytes, committed + reserved
         self._pending: dict[int, _Pending] = {}
-        self._txns: dict[int, dict[int, None]] = {}  # txn -> hashes still reserved (ordered)
+        self._pinned: Counter[int] = Counter()  # stored parents of reserved blocks: kept in place
+        self._waiting: dict[int, set[int]] = {}  # reserved parent -> written children waiting on it
+        self._txn_of: dict[int, int] = {}  # stored in this commit call -> its reservation
+        self._txns: dict[int, dict[int, None]] = {}  # txn -> hashes still reserved (chain order)
         self._txn_heap: list[tuple[float, int]] = []
-        self._leases: dict[int, tuple[int, ...]] = {}
-        self._lease_heap: list[tuple[float, int]] = []
         self._next_id = 1
         self._sequencer = EventSequencer(publisher)
         self._events: list[tuple[str, PoolTier, list[int], int | None]] = []
@@ -172,10 +80,7 @@ class PoolTiers:
         return block_hash in self._pending or self.tier_of(block_hash) is not None
 
     def tier_of(self, block_hash: int) -> PoolTier | None:
-        for tier in POOL_TIERS:
-            if block_hash in self._lru[tier]:
-                return tier
-        return None
+        return self._chains.tier_of(block_hash)
 
     def match_prefix(self, hashes: list[int], now: float) -> PoolPrefix:
         """How many leading blocks of a chain are stored, and where (does not refresh LRU)."""
@@ -189,8 +94,8 @@ class PoolTiers:
         return PoolPrefix(len(tiers), tuple(tiers))
 
     def usage(self, tier: PoolTier) -> TierUsage:
-        blocks = self._lru[tier].values()
-        return TierUsage(len(self._lru[tier]), sum(b.size for b in blocks), sum(b.charge for b in blocks),
+        blocks = self._chains.blocks(tier)
+        return TierUsage(len(blocks), sum(b.size for b in blocks), sum(b.charge for b in blocks),
                          self.limits.capacity(tier), self._reserved[tier])
 
     @property
@@ -203,7 +108,7 @@ class PoolTiers:
 
     def lru_order(self, tier: PoolTier) -> list[int]:
         """Hashes of a tier from least to most recently used (for tests and the simulator)."""
-        return list(self._lru[tier])
+        return [b.block_hash for b in self._chains.blocks(tier)]
 
     # ---- two-phase put -------------------------------------------------------------------
     def reserve(self, blocks: list[BlockPut], owner: str, now: float, parent_hash: int | None = None) -> Reservation:
@@ -234,12 +139,16 @@ class PoolTiers:
             return "exists", existing
         if put.block_hash in self._pending:
             return "pending", self._pending[put.block_hash].block.tier
+        if parent is not None and not self.is_known(parent):
+            return "no_space", None  # an orphan: nothing could reach it
         charge = put.target_size or self.limits.block_charge_bytes or put.size
-        tier = self._allocate(charge, put.size)
+        self._pinned[parent] += 1  # its parent stays where it is until it commits (or is released)
+        tier = self._allocate(charge, put.size, self._tier_after(parent))
         if tier is None:
+            self._pinned[parent] -= 1
             self.counters.alloc_failures += 1
             return "no_space", None
-        block = _Block(put.block_hash, put.size, charge, owner, tier, now, parent)
+        block = StoredBlock(put.block_hash, put.size, charge, owner, tier, now, parent)
         self._pending[put.block_hash] = _Pending(txn, block, expires_at)
         self._reserved[tier] += charge
         return "reserved", tier
@@ -247,29 +156,53 @@ class PoolTiers:
     def commit(self, txn: int, now: float, hashes: list[int] | None = None) -> tuple[int, ...]:
         """Make a reservation's blocks visible (they enter their tier as most recently used):
         all of them, or only `hashes` (a writer may commit in parts; the rest stay reserved).
-        Returns the hashes committed; a reservation that expired first commits nothing (the
-        caller's bytes are then orphans; see `is_known`)."""
+        A block is stored only after its parent: one whose parent is still being written waits
+        (written) and is stored with it, or released if the parent never comes; one whose
+        parent is gone is released. Returns this reservation's hashes stored now; one that
+        expired first commits nothing (the caller's bytes are then orphans; see `is_known`)."""
         self.expire(now)
         booked = self._txns.get(txn)
         if booked is None:
             return ()
-        chosen = list(booked) if hashes is None else [h for h in hashes if h in booked]
-        committed: list[int] = []
-        for h in chosen:
-            del booked[h]
-            pending = self._pending.pop(h, None)
+        wanted = None if hashes is None else set(hashes)
+        stored: list[int] = []
+        for h in [h for h in booked if wanted is None or h in wanted]:
+            pending = self._pending.get(h)
+            parent = pending.block.parent_hash if pending else None
             if pending is None or pending.txn != txn:
-                continue
+                booked.pop(h, None)
+            elif parent is None or self.tier_of(parent) is not None:
+                stored += self._store(h, now)
+            elif parent in self._pending:  # its parent is being written: it goes in with it
+                pending.written = True
+                self._waiting.setdefault(parent, set()).add(h)
+            else:  # its parent is gone: it could never be matched
+                self._release_pending(self._take_pending(h))
+        self._chains.touch(stored, now)
+        mine = tuple(h for h in stored if self._txn_of.pop(h) == txn)
+        self._drop_txn_if_done(txn)
+        return mine
+
+    def _store(self, block_hash: int, now: float) -> list[int]:
+        """Store a written block and then the written children that waited for it."""
+        out, todo = [], [block_hash]
+        while todo:
+            h = todo.pop()
+            pending = self._take_pending(h)
             block = pending.block
             self._reserved[block.tier] -= block.charge
             block.last_use = now
-            self._lru[block.tier][h] = block
+            self._chains.add(block)
             self._emit("stored", block.tier, h, block.parent_hash)
-            committed.append(h)
-        if not booked:
+            self.counters.committed_blocks += 1
+            self._txn_of[h] = pending.txn
+            out.append(h)
+            todo += sorted(self._waiting.pop(h, ()))
+        return out
+
+    def _drop_txn_if_done(self, txn: int) -> None:
+        if not self._txns.get(txn, True):  # nothing of it is reserved any more
             del self._txns[txn]
-        self.counters.committed_blocks += len(committed)
-        return tuple(committed)
 
     def store(self, blocks: list[BlockPut], owner: str, now: float, parent_hash: int | None = None) -> Reservation:
         """Reserve and commit at once (the simulator has no bytes to move in between)."""
@@ -282,94 +215,102 @@ class PoolTiers:
         hashes = self._txns.pop(txn, {})
         released = [h for h in hashes if h in self._pending and self._pending[h].txn == txn]
         for h in released:
-            self._release_pending(self._pending.pop(h))
+            if h in self._pending:  # not released already with a parent
+                self._release_pending(self._take_pending(h))
         return tuple(released)
 
+    def _take_pending(self, block_hash: int) -> _Pending:
+        pending = self._pending.pop(block_hash)
+        self._pinned[pending.block.parent_hash] -= 1
+        self._txns.get(pending.txn, {}).pop(block_hash, None)
+        waiting = self._waiting.get(pending.block.parent_hash)  # type: ignore[arg-type]
+        if waiting is not None:
+            waiting.discard(block_hash)
+        return pending
+
+    def _kept(self, block_hash: int) -> bool:
+        """Not evictable now: under a read lease, or the parent of a block being written."""
+        return self._leases.holds(block_hash) or self._pinned[block_hash] > 0
+
     def _release_pending(self, pending: _Pending) -> None:
+        """Give a reservation's space back; written bytes are to be deleted, and the written
+        children that waited for this block are released too (their parent never came)."""
         block = pending.block
         self._reserved[block.tier] -= block.charge
         self._used[block.tier] -= block.charge
         self._actual_used -= block.size
+        if pending.written:
+            self._dropped.append(block.block_hash)
+        for child in sorted(self._waiting.pop(block.block_hash, ())):
+            if child in self._pending:
+                self._release_pending(self._take_pending(child))
 
     # ---- reads ---------------------------------------------------------------------------
     def lookup(self, hashes: list[int], now: float, lease: bool = True) -> Lookup:
-        """Tier of each block; hits are refreshed in LRU and (with `lease`) protected until expiry."""
+        """Tier of each block; hits are refreshed in LRU (with their chain's stored ancestors)
+        and (with `lease`) protected until expiry."""
         self.expire(now)
         self.counters.gets += 1
-        tiers: list[PoolTier | None] = []
-        hits: list[int] = []
-        for h in hashes:
-            tier = self.tier_of(h)
-            tiers.append(tier)
-            if tier is None:
-                self.counters.misses += 1
-                continue
-            self.counters.hits[tier] += 1
-            block = self._lru[tier][h]
-            block.last_use = now
-            self._lru[tier].move_to_end(h)
-            hits.append(h)
+        tiers = tuple(self.tier_of(h) for h in hashes)
+        hits = tuple(h for h, t in zip(hashes, tiers, strict=True) if t is not None)
+        self.counters.misses += len(hashes) - len(hits)
+        for tier in tiers:
+            if tier is not None:
+                self.counters.hits[tier] += 1
+        self._chains.touch(list(hits), now)
         if not (lease and hits):
-            return Lookup(tuple(tiers), 0, now)
-        return Lookup(tuple(tiers), self._grant_lease(tuple(hits), now), now + self.limits.lease_s)
-
-    def _grant_lease(self, hashes: tuple[int, ...], now: float) -> int:
-        lease_id = self._new_id()
-        for h in hashes:
-            self._block(h).leases += 1
-        self._leases[lease_id] = hashes
-        heapq.heappush(self._lease_heap, (now + self.limits.lease_s, lease_id))
-        return lease_id
+            return Lookup(tiers, 0, now)
+        return Lookup(tiers, (lease_id := self._new_id()), self._leases.grant(lease_id, hits, now))
 
     def release(self, lease_id: int) -> bool:
         """Give a read lease back early. False if it already expired or never existed."""
-        hashes = self._leases.pop(lease_id, None)
-        if hashes is None:
-            return False
-        for h in hashes:
-            block = self._block(h)
-            if block is not None:
-                block.leases -= 1
-        return True
+        return self._leases.release(lease_id)
 
     # ---- removal, expiry, clear ----------------------------------------------------------
     def remove(self, hashes: list[int]) -> tuple[int, ...]:
-        """Drop stored blocks that are not under a lease. Returns the hashes removed."""
-        removed = []
+        """Drop stored blocks and the stored blocks chained after them (tails first), unless one
+        of them is under a lease. Returns the hashes removed."""
+        removed: list[int] = []
         for h in hashes:
-            block = self._block(h)
-            if block is None or block.leases:
+            subtree = self._subtree(h)
+            if not subtree or any(self._leases.holds(b.block_hash) for b in subtree):
                 continue
-            self._detach(block)
-            self._emit("removed", block.tier, h)
-            self._dropped.append(h)
-            removed.append(h)
+            for block in reversed(subtree):  # children before their parents
+                self._drop(block, "removed")
+                removed.append(block.block_hash)
         self.counters.removed_blocks += len(removed)
         return tuple(removed)
 
+    def _subtree(self, block_hash: int) -> list[StoredBlock]:
+        """A stored block and every stored block chained after it, parents before children."""
+        root = self._chains.get(block_hash)
+        out, i = ([root] if root else []), 0
+        while i < len(out):
+            out += self._chains.children(out[i].block_hash)
+            i += 1
+        return out
+
     def expire(self, now: float) -> None:
         """Release leases and reservations whose time is up."""
-        while self._lease_heap and self._lease_heap[0][0] <= now:
-            _, lease_id = heapq.heappop(self._lease_heap)
-            if self.release(lease_id):
-                self.counters.lease_expiries += 1
+        self.counters.lease_expiries += self._leases.expire(now)
         while self._txn_heap and self._txn_heap[0][0] <= now:
             _, txn = heapq.heappop(self._txn_heap)
             self.counters.reservation_expiries += len(self.abort(txn))
 
     def clear(self) -> tuple[int, ...]:
         """Forget everything (e.g. Redis came back empty); publishes `cleared` for both tiers."""
-        dropped = tuple(h for tier in POOL_TIERS for h in self._lru[tier])
+        dropped = tuple(h for tier in POOL_TIERS for h in self.lru_order(tier))
+        self._chains.clear()
         for tier in POOL_TIERS:
-            self._lru[tier].clear()
             self._used[tier] = self._reserved[tier] = 0
             self._events.append(("cleared", tier, [], None))
         self._actual_used = 0
         self._pending.clear()
+        self._pinned.clear()
+        self._waiting.clear()
         self._txns.clear()
         self._txn_heap.clear()
         self._leases.clear()
-        self._lease_heap.clear()
         self.counters.clears += 1
         return dropped
 
@@ -382,9 +323,19 @@ class PoolTiers:
         return events, dropped
 
     # ---- space -----------------------------------------------------------------------------
-    def _allocate(self, charge: int, size: int) -> PoolTier | None:
-        """Book `charge` target bytes in the first tier that can hold them, and `size` actual bytes."""
-        for tier in POOL_TIERS:
+    def _tier_after(self, parent: int | None) -> int:
+        """The fastest tier a child of `parent` may enter: never one faster than its parent's, so
+        along a chain the tiers only get slower (a tail goes before its parent, tier by tier)."""
+        if parent is None:
+            return 0
+        pending = self._pending.get(parent)
+        tier = pending.block.tier if pending is not None else self.tier_of(parent)
+        return POOL_TIERS.index(tier) if tier is not None else 0
+
+    def _allocate(self, charge: int, size: int, first: int = 0) -> PoolTier | None:
+        """Book `charge` target bytes in the first tier from `first` on that can hold them, and
+        `size` actual bytes."""
+        for tier in POOL_TIERS[first:]:
             if self._make_room(tier, charge):
                 break
         else:
@@ -410,48 +361,49 @@ class PoolTiers:
             return False
         if self._actual_used + size > self.limits.high_watermark * budget:
             target = int(self.limits.low_watermark * budget) - size
-            for tier in reversed(POOL_TIERS):
-                self._evict(tier, target, by_actual=True)
+            freed = True
+            while freed and self._actual_used > target:  # a pass may free a parent in the other tier
+                before = self._actual_used
+                for tier in reversed(POOL_TIERS):
+                    self._evict(tier, target, by_actual=True)
+                freed = self._actual_used < before
         return self._actual_used + size <= budget
 
     def _evict(self, tier: PoolTier, target: int, by_actual: bool = False) -> None:
-        """Evict LRU unleased blocks of `tier` until its usage (target bytes, or actual bytes
-        overall when `by_actual`) is at most `target`. HBM blocks are demoted unless `by_actual`."""
-        excess = (self._actual_used if by_actual else self._used[tier]) - target
-        victims: list[_Block] = []
-        for block in self._lru[tier].values():
-            if excess <= 0:
-                break
-            if block.leases == 0:
-                victims.append(block)
-                excess -= block.size if by_actual else block.charge
-        for block in victims:
-            self._detach(block)
-            self.counters.evictions[tier] += 1
-            self._emit("removed", tier, block.block_hash)
-            if tier == "pool_hbm" and not by_actual and self._demote(block):
+        """Evict LRU unleased blocks of `tier`, tails before parents, until its usage (target
+        bytes, or actual bytes overall when `by_actual`) is at most `target`. HBM blocks are
+        demoted unless `by_actual`; a block that cannot be demoted is dropped if it is a leaf."""
+        demote = tier == "pool_hbm" and not by_actual
+        for block in self._chains.victims(tier, self._kept, demote):
+            used = self._actual_used if by_actual else self._used[tier]
+            if used <= target:
+                return
+            if demote and self._demote(block):
                 continue
-            self._dropped.append(block.block_hash)
+            if self._chains.is_leaf(block):
+                self._drop(block, "evicted")
 
-    def _demote(self, block: _Block) -> bool:
+    def _demote(self, block: StoredBlock) -> bool:
         if not self._make_room("pool_dram", block.charge):
             return False
-        block.tier = "pool_dram"
+        self._emit("removed", "pool_hbm", block.block_hash)
+        self.counters.evictions["pool_hbm"] += 1
+        self._used["pool_hbm"] -= block.charge
         self._used["pool_dram"] += block.charge
-        self._actual_used += block.size
-        self._lru["pool_dram"][block.block_hash] = block
+        self._chains.move(block, "pool_dram")
         self.counters.demotions += 1
         self._emit("stored", "pool_dram", block.block_hash, block.parent_hash)
         return True
 
-    def _detach(self, block: _Block) -> None:
-        del self._lru[block.tier][block.block_hash]
+    def _drop(self, block: StoredBlock, why: str) -> None:
+        """A block leaves the pool: its bytes are to be deleted."""
+        self._chains.detach(block)
         self._used[block.tier] -= block.charge
         self._actual_used -= block.size
-
-    def _block(self, block_hash: int) -> _Block | None:
-        tier = self.tier_of(block_hash)
-        return None if tier is None else self._lru[tier][block_hash]
+        if why == "evicted":
+            self.counters.evictions[block.tier] += 1
+        self._emit("removed", block.tier, block.block_hash)
+        self._dropped.append(block.block_hash)
 
     def _emit(self, kind: str, tier: PoolTier, block_hash: int, parent: int | None = None) -> None:
         """Queue an event, extending the previous one when it continues the same chain."""

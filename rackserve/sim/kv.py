@@ -144,8 +144,9 @@ class ClusterKV:
 
     # ---- writes -------------------------------------------------------------------------------
     def store(self, rank: RankId, keys: BlockKeys, delivered_tokens: int, now: float) -> None:
-        """A rank finished a prompt: its keys enter the rank's HBM at once; the ones it computed
-        (past the `delivered_tokens` it found) are written to the pool, visible when the write commits."""
+        """A rank finished a prompt: its keys enter the rank's HBM at once; its chain goes to the
+        pool (the keys it computed, past the `delivered_tokens` it found, are new there), visible
+        when the write commits."""
         self.advance(now)
         events = self.caches[rank].store(keys.keys, None)
         self.index.apply_all(events)
@@ -155,12 +156,13 @@ class ClusterKV:
                     if not self.pool.is_known(h):
                         self._lost[h] = "rank_hbm"
         first = delivered_tokens // (self.block_tokens * keys.group)
-        fresh = keys.keys[first:]
-        if not fresh:
+        if not keys.keys[first:]:
             return
-        parent = keys.keys[first - 1] if first else None
-        puts = [BlockPut(h, keys.element_blocks(first + i) * self.block_bytes) for i, h in enumerate(fresh)]
-        res = self.pool.reserve(puts, f"{rank[0]}/{rank[1]}", now, parent_hash=parent)
+        # the whole chain from its root, as a live rank puts it (keys the pool has are `exists`):
+        # the pool stores a key only after its parent, so its chains stay matchable from the start
+        fresh = keys.keys
+        puts = [BlockPut(h, keys.element_blocks(i) * self.block_bytes) for i, h in enumerate(fresh)]
+        res = self.pool.reserve(puts, f"{rank[0]}/{rank[1]}", now)
         if res.to_write:
             written = sum(puts[i].size for i in res.to_write)
             done = now if self.paths is None else self.paths.transfer(now, rank, "pool_hbm", "write", written)

@@ -71,13 +71,14 @@ def test_two_phase_put_is_invisible_until_commit(make_pool, redis_client):
 def test_match_prefix_spans_tiers(make_pool):
     _, client = make_pool(small_limits(hbm_blocks=10, dram_blocks=100))
     hashes = chain(12)
-    for i, h in enumerate(hashes):  # one at a time: the oldest get demoted first
+    for i, h in enumerate(hashes):  # one at a time; a put refreshes the chain before it
         assert client.put([h], payloads(1, seed=i), parent_hash=hashes[i - 1] if i else None).ok
     match = client.match_prefix(hashes + chain(2, seed=9))
     assert match.count == 12
-    assert match.tiers[0] == "pool_dram" and match.tiers[-1] == "pool_hbm"
-    n_dram = match.tiers.count("pool_dram")
-    assert match.tiers == ("pool_dram",) * n_dram + ("pool_hbm",) * (12 - n_dram)
+    # tails are demoted before their parents: the chain's head stays in the faster tier
+    assert match.tiers[0] == "pool_hbm" and match.tiers[-1] == "pool_dram"
+    n_hbm = match.tiers.count("pool_hbm")
+    assert match.tiers == ("pool_hbm",) * n_hbm + ("pool_dram",) * (12 - n_hbm)
     assert client.match_prefix([hashes[0], 777, hashes[2]]).count == 1
 
 

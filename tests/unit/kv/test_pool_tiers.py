@@ -41,9 +41,10 @@ def test_store_is_reserve_plus_commit():
 def test_commit_in_parts():
     pool = make_pool()
     res = pool.reserve([BlockPut(h, BLOCK) for h in (1, 2, 3)], "w0", 0.0)
-    assert pool.commit(res.txn, 0.0, [2, 99]) == (2,)
-    assert pool.match_prefix([2], 0.0).count == 1 and pool.match_prefix([1], 0.0).count == 0
-    assert pool.commit(res.txn, 0.0) == (1, 3)
+    assert pool.commit(res.txn, 0.0, [1, 99]) == (1,)
+    assert pool.match_prefix([1], 0.0).count == 1 and pool.match_prefix([2], 0.0).count == 0
+    assert pool.commit(res.txn, 0.0, [3]) == ()  # its parent 2 is not stored yet: 3 waits
+    assert pool.commit(res.txn, 0.0) == (2, 3)
     assert pool.commit(res.txn, 0.0) == () and pool.usage("pool_hbm").reserved_target_bytes == 0
 
 

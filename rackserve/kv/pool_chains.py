@@ -1,0 +1,133 @@
+"""The pool's stored blocks: one LRU per tier, and each block's stored children, so eviction is
+prefix-closed (a tail goes before its parent; a parent with a stored child is never dropped).
+
+A prefix is matched from its first block, so a block whose parent is gone can never be reached:
+keeping it would waste the tier. Touching a chain touches it tail first and then its stored
+ancestors, so a parent is always at least as recent as its children and LRU order already puts
+tails first; the children check keeps that true under leases and suffix lookups too.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from rackserve.kv.pool_limits import POOL_TIERS, PoolTier
+
+
+@dataclass(slots=True)
+class StoredBlock:
+    block_hash: int
+    size: int  # actual bytes in Redis
+    charge: int  # target bytes counted against the tier
+    owner: str
+    tier: PoolTier
+    last_use: float
+    parent_hash: int | None  # the block before this one in its chain (None = a chain's root)
+
+
+class PoolChains:
+    def __init__(self) -> None:
+        self._lru: dict[PoolTier, OrderedDict[int, StoredBlock]] = {t: OrderedDict() for t in POOL_TIERS}
+        self._children: dict[int, set[int]] = {}  # parent hash -> hashes of its stored children
+
+    # ---- queries -------------------------------------------------------------------------
+    def get(self, block_hash: int) -> StoredBlock | None:
+        for tier in POOL_TIERS:
+            block = self._lru[tier].get(block_hash)
+            if block is not None:
+                return block
+        return None
+
+    def tier_of(self, block_hash: int) -> PoolTier | None:
+        block = self.get(block_hash)
+        return None if block is None else block.tier
+
+    def blocks(self, tier: PoolTier) -> list[StoredBlock]:
+        """A tier's blocks from least to most recently used."""
+        return list(self._lru[tier].values())
+
+    def count(self, tier: PoolTier) -> int:
+        return len(self._lru[tier])
+
+    def children(self, block_hash: int) -> list[StoredBlock]:
+        """The stored blocks chained right after `block_hash`."""
+        kids = sorted(self._children.get(block_hash, ()))
+        return [b for k in kids if (b := self.get(k)) is not None]
+
+    def is_leaf(self, block: StoredBlock, within: PoolTier | None = None) -> bool:
+        """No stored child (in tier `within`, or in any tier when None)."""
+        kids = self._children.get(block.block_hash, ())
+        return not kids if within is None else all(self.tier_of(k) != within for k in kids)
+
+    # ---- changes -------------------------------------------------------------------------
+    def add(self, block: StoredBlock) -> None:
+        """Store a block; it enters its tier as most recently used."""
+        assert block.parent_hash is None or self.get(block.parent_hash), "orphan block"
+        self._lru[block.tier][block.block_hash] = block
+        if block.parent_hash is not None:
+            self._children.setdefault(block.parent_hash, set()).add(block.block_hash)
+
+    def detach(self, block: StoredBlock) -> None:
+        """Take a childless block out of the pool."""
+        assert self.is_leaf(block), "a parent leaves before its child"
+        del self._lru[block.tier][block.block_hash]
+        self._children.pop(block.block_hash, None)
+        kids = self._children.get(block.parent_hash) if block.parent_hash is not None else None
+        if kids is not None:
+            kids.discard(block.block_hash)
+            if not kids:
+                del self._children[block.parent_hash]
+
+    def move(self, block: StoredBlock, tier: PoolTier) -> None:
+        """Move a block to another tier (as its most recently used); its chain links stay."""
+        del self._lru[block.tier][block.block_hash]
+        block.tier = tier
+        self._lru[tier][block.block_hash] = block
+
+    def touch(self, hashes: list[int], now: float) -> None:
+        """Mark stored blocks of one chain as just used: tail first, then the chain's stored
+        ancestors up to its root, so no child is ever more recent than its parent."""
+        for h in reversed(hashes):
+            self._touch_one(h, now)
+        block = self.get(hashes[0]) if hashes else None
+        while block is not None and block.parent_hash is not None:
+            block = self.get(block.parent_hash)
+            if block is not None:
+                self._touch_one(block.block_hash, now)
+
+    def _touch_one(self, block_hash: int, now: float) -> None:
+        block = self.get(block_hash)
+        if block is not None:
+            block.last_use = now
+            self._lru[block.tier].move_to_end(block_hash)
+
+    def clear(self) -> None:
+        for tier in POOL_TIERS:
+            self._lru[tier].clear()
+        self._children.clear()
+
+    # ---- eviction order --------------------------------------------------------------------
+    def victims(self, tier: PoolTier, keep: Callable[[int], bool], demote: bool) -> Iterator[StoredBlock]:
+        """A tier's blocks that may go, least recently used first and prefix-closed: a block
+        comes only once its children are gone (from this tier when it is demoted, from the pool
+        when it is dropped). The caller moves or detaches each block before asking for the next;
+        `keep(hash)` protects a block (a read lease)."""
+        within = tier if demote else None
+        waiting: set[int] = set()  # passed over while they had children
+        for block in self.blocks(tier):
+            if block.tier != tier or self.get(block.block_hash) is not block or keep(block.block_hash):
+                continue
+            if not self.is_leaf(block, within):
+                waiting.add(block.block_hash)
+                continue
+            yield block
+            parent = block.parent_hash  # its parent may have just become a leaf
+            while parent in waiting:
+                up = self._lru[tier].get(parent)
+                if up is None or not self.is_leaf(up, within):
+                    break
+                waiting.discard(parent)
+                parent = up.parent_hash
+                yield up
