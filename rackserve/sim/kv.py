@@ -36,25 +36,35 @@ class RankCache:
         return len(self.lru)
 
     def match(self, hashes: Sequence[int]) -> int:
+        """Leading keys present, by bisection: a chain is stored and touched back to front, so LRU
+        eviction takes its tail first and what a rank holds of a chain is always a prefix of it."""
         lru = self.lru
-        n = 0
-        for h in hashes:
-            if h not in lru:
-                break
-            n += 1
-        return n
+        lo, hi = 0, len(hashes)
+        if hi == 0 or hashes[0] not in lru:
+            return 0
+        if hashes[-1] in lru:
+            return hi
+        lo = 1
+        while lo < hi:  # invariant: hashes[lo-1] present, hashes[hi] absent (or hi == len)
+            mid = (lo + hi) // 2
+            if hashes[mid] in lru:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     def store(self, hashes: Sequence[int], parent: int | None) -> list[KVEvent]:
         lru = self.lru
-        new = [h for h in hashes if h not in lru]
-        for h in reversed(hashes):
-            lru[h] = None
-            lru.move_to_end(h)
+        n = self.match(hashes)  # held: a prefix (see match); the rest is new
+        new = tuple(hashes[n:])
+        lru.update(dict.fromkeys(reversed(new)))
+        move = lru.move_to_end
+        for h in reversed(hashes[:n]):
+            move(h)
         events = []
         if new:
-            first = list(hashes).index(new[0])
-            new_parent = parent if first == 0 else hashes[first - 1]
-            events.append(self._seq.make("stored", "rank_hbm", tuple(new), new_parent))
+            new_parent = parent if n == 0 else hashes[n - 1]
+            events.append(self._seq.make("stored", "rank_hbm", new, new_parent))
         excess = len(lru) - self.capacity
         if excess > 0:
             gone = [lru.popitem(last=False)[0] for _ in range(excess)]
@@ -104,10 +114,14 @@ class ClusterKV:
         if n_pool:
             self.pool.lookup(rest[:n_pool], now, lease=False)  # refresh LRU
         pool = self.pool
-        blocks = {"rank_hbm": keys.blocks_in(n_rank), "pool_hbm": 0, "pool_dram": 0}
-        for i, tier in enumerate(pm.tiers if pm else ()):
-            blocks[tier] += keys.element_blocks(n_rank + i)
         end = n_rank + n_pool
+        blocks = {"rank_hbm": keys.blocks_in(n_rank), "pool_hbm": 0, "pool_dram": 0}
+        if n_pool:  # every key covers `group` blocks but the prompt's tail key
+            tiers = pm.tiers
+            n_dram = tiers.count("pool_dram")
+            blocks["pool_dram"] = n_dram * keys.group
+            blocks["pool_hbm"] = (n_pool - n_dram) * keys.group
+            blocks[tiers[-1]] -= keys.group - keys.element_blocks(end - 1)
         if end < len(ks):  # an earlier, shorter prompt's tail inside the next group
             extra = keys.refine(end, lambda h: h in lru or pool.tier_of(h) is not None)
             if extra:
@@ -158,11 +172,21 @@ class ClusterKV:
         first = delivered_tokens // (self.block_tokens * keys.group)
         if not keys.keys[first:]:
             return
-        # the whole chain from its root, as a live rank puts it (keys the pool has are `exists`):
-        # the pool stores a key only after its parent, so its chains stay matchable from the start
-        fresh = keys.keys
-        puts = [BlockPut(h, keys.element_blocks(i) * self.block_bytes) for i, h in enumerate(fresh)]
-        res = self.pool.reserve(puts, f"{rank[0]}/{rank[1]}", now)
+        # the chain from its first key the pool lacks, as a live rank puts it: the pool stores a key
+        # only after its parent, so its chains stay matchable from the start (prefix-closed, so the
+        # first missing key is found by bisection)
+        ks = keys.keys
+        first = _first_unknown(ks, self.pool.is_known)
+        fresh = ks[first:]
+        if not fresh:
+            return
+        parent = ks[first - 1] if first else None
+        size = keys.group * self.block_bytes
+        puts = [BlockPut(h, size) for h in fresh]
+        last = keys.element_blocks(len(ks) - 1) * self.block_bytes
+        if last != size:
+            puts[-1] = BlockPut(fresh[-1], last)
+        res = self.pool.reserve(puts, f"{rank[0]}/{rank[1]}", now, parent_hash=parent)
         if res.to_write:
             written = sum(puts[i].size for i in res.to_write)
             done = now if self.paths is None else self.paths.transfer(now, rank, "pool_hbm", "write", written)
@@ -194,6 +218,18 @@ class ClusterKV:
         ev = dict(self.pool.counters.evictions)
         ev["rank_hbm"] = sum(c.evictions for c in self.caches.values())
         return ev
+
+
+def _first_unknown(keys: Sequence[int], known) -> int:
+    """Index of the first key `known` rejects, for a prefix-closed set."""
+    lo, hi = 0, len(keys)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if known(keys[mid]):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def pool_limits(hbm_bytes: int, dram_bytes: int, high: float, low: float) -> PoolLimits:

@@ -31,6 +31,7 @@ class Flight:
     delivered: PrefixHit = PrefixHit()
     decode_blocks: int = 0
     prefill_start: float = -1.0
+    fetch_ready: float = 0.0  # when the pooled part of its prefix is in the prefill rank's HBM
     prefill_end: float = -1.0
     kv_arrive: float = -1.0
     first_token: float = -1.0

@@ -40,7 +40,7 @@ from rackserve.sim.metrics import Flight, MetricsCollector, SimResult, pct
 from rackserve.sim.pool_paths import PoolPaths
 from rackserve.sim.scenario import Scenario
 from rackserve.sim.sizing import size_scenario
-from rackserve.timing.batch import RankBatch, StepBatch
+from rackserve.timing.batch import RankBatch, StepBatch, StepCost
 from rackserve.workload.request import Request
 from rackserve.workload.source import ArrivalSource
 
@@ -75,6 +75,26 @@ def _decode_rank_batch(seqs: int, context_tokens: int, extra: int) -> RankBatch:
     return RankBatch(np.ones(seqs, dtype=np.int64), cached)
 
 
+def _wait_for_fetches(cost: StepCost, now: float, flights: list[Flight]) -> StepCost:
+    """A step that includes a prompt whose pooled KV is still crossing lasts until it has arrived
+    (layer-wise loading overlaps compute; the rest is waiting, charged as "pool_fetch_wait")."""
+    ready = max((f.fetch_ready for f in flights), default=now)
+    wait = ready - now - cost.total_s
+    if wait <= 0:
+        return cost
+    return StepCost(cost.total_s + wait, {**cost.breakdown, "pool_fetch_wait": wait}, cost.rank_busy_s, cost.bound)
+
+
+def measured_window(scenario: Scenario) -> tuple[float, float | None]:
+    """(start, end) of the measured window: the workload's own (agentx-trace: measure_start_s,
+    measure_s) or else the scenario's sim.measure_start_s / measure_duration_s (end None: no end)."""
+    window = getattr(scenario.workload, "measure_window", None)
+    if window is not None:
+        return float(window[0]), float(window[1])
+    sim = scenario.sim
+    return sim.measure_start_s, (None if sim.measure_duration_s is None else sim.measure_start_s + sim.measure_duration_s)
+
+
 def _drop_event(_: object) -> None:
     """Decode-rank KV events are not routed on: the simulator discards them."""
 
@@ -95,9 +115,7 @@ class Simulator:
         self.block_tokens = self.target_block_tokens * self.group
         self.now = 0.0
         self.sizing = size_scenario(scenario)
-        sim = scenario.sim
-        end = None if sim.measure_duration_s is None else sim.measure_start_s + sim.measure_duration_s
-        self.metrics = MetricsCollector(sim.measure_start_s, end)
+        self.metrics = MetricsCollector(*measured_window(scenario))
         self.queue = EventQueue()
         self.prefill = self._build("prefill", cfg.deployment.prefill)
         self.decode = self._build("decode", cfg.deployment.decode)
@@ -224,13 +242,25 @@ class Simulator:
         cached = decision.predicted.total
         flight.queued_work_s = self.cost.prefill_estimate_s(inst.layout_name, req.prompt_tokens - cached, cached)
         seq = SeqState(req.req_id, req.prompt_tokens, 1, payload=flight)  # samples the first token
-        if not inst.ranks[decision.dp_rank].admit(seq):
-            self.metrics.rejected += 1
-            return self._followups(req, now)
         flight.decode_blocks = math.ceil((req.prompt_tokens + req.output_tokens) / self.target_block_tokens)
-        self._update(decision.key, queued_tokens=req.prompt_tokens - cached, queued_work_s=flight.queued_work_s)
-        self._update((decision.decode_instance, decision.decode_dp_rank),
-                     active_decode_blocks=flight.decode_blocks, running_seqs=1)
+        self._queue_load(flight, decision.key, +1)
+        return self._admit_prefill(now, flight, seq)
+
+    def _queue_load(self, flight: Flight, key: tuple[str, int], sign: int) -> None:
+        req, cached = flight.request, flight.predicted.total
+        self._update(key, queued_tokens=sign * (req.prompt_tokens - cached), queued_work_s=sign * flight.queued_work_s)
+        d_idx, d_rank = flight.decode
+        self._update((self.decode[d_idx].name, d_rank), active_decode_blocks=sign * flight.decode_blocks,
+                     running_seqs=sign)
+
+    def _admit_prefill(self, now: float, flight: Flight, seq: SeqState) -> list[Event]:
+        """The routed prompt joins its prefill rank's queue (or is rejected when that is full)."""
+        p_idx, rank = flight.prefill
+        inst = self.prefill[p_idx]
+        if not inst.ranks[rank].admit(seq):
+            self.metrics.rejected += 1
+            self._queue_load(flight, (inst.name, rank), -1)
+            return self._followups(flight.request, now)
         if inst.busy:
             return []
         inst.busy = True  # a kick is pending: later arrivals of this instant only queue
@@ -243,14 +273,12 @@ class Simulator:
         key = (name, rank)
 
         def start(seq: SeqState) -> None:
+            # The rank looks the prefix up when it first schedules the prompt (own HBM, committed pool
+            # blocks) and fetches the pooled part over the pool's paths; the step waits for it.
             flight: Flight = seq.payload
-            req = flight.request
-            hit, _ready = self.kv.delivered_hit(key, flight.keys, req.prompt_tokens, self.now)
-            flight.delivered = hit
-            flight.prefill_start = self.now
+            hit, ready = self.kv.delivered_hit(key, flight.keys, flight.request.prompt_tokens, self.now)
+            flight.delivered, flight.prefill_start, flight.fetch_ready = hit, self.now, ready
             seq.computed_tokens = hit.total
-            seq.pool_hbm_tokens = hit.pool_hbm
-            seq.pool_dram_tokens = hit.pool_dram
 
         return start
 
@@ -261,6 +289,8 @@ class Simulator:
             inst.busy = False
             return []
         cost = self.timing.step_time("prefill", inst.layout, StepBatch(tuple(p.rank_batch() for p in plans)))
+        cost = _wait_for_fetches(cost, now, [inst.ranks[r].seq(s.req_id).payload for r, p in enumerate(plans)
+                                             for s in p.seqs])
         inst.account(cost, 1)
         inst.busy, inst.plans = True, plans
         return [PrefillStepEnd(now + cost.total_s, idx)]

@@ -65,10 +65,13 @@ class CachedTiming:
 
     def step_time(self, phase: str, layout: Any, batch: StepBatch) -> StepCost:
         self.calls += 1
+        order = None
         if phase == "decode":
             sig: tuple = self._decode_signature(batch)
-        else:
-            sig = tuple(self._signature(rb) for rb in batch.ranks)
+        else:  # prefill ranks are interchangeable: key by the sorted signatures, map busy times back
+            per_rank = [self._signature(rb) for rb in batch.ranks]
+            order = sorted(range(len(per_rank)), key=per_rank.__getitem__)
+            sig = tuple(per_rank[i] for i in order)
         key = (phase, getattr(layout, "key", layout), sig)
         cost = self._steps.get(key)
         if cost is None:
@@ -76,6 +79,11 @@ class CachedTiming:
             rep = _decode_representative(*sig) if phase == "decode" else StepBatch(
                 tuple(_representative(*s) for s in sig))
             cost = self._steps[key] = self.timing.step_time(phase, layout, rep)
+        if order is not None and order != sorted(order) and len(cost.rank_busy_s) == len(order):
+            busy = [0.0] * len(order)
+            for pos, rank in enumerate(order):
+                busy[rank] = cost.rank_busy_s[pos]
+            cost = StepCost(cost.total_s, cost.breakdown, tuple(busy), cost.bound)
         return cost
 
     def decode_step_time(self, layout: Any, loads: list[tuple[int, int]], extra: int) -> StepCost:
