@@ -48,7 +48,7 @@ def kv_attention(
         it, itc, itm = attention_time(
             hw,
             ga.scan_entries * (2.0 * (ix.heads / lay.tp) * ix.head_dim),
-            ga.key_reads * ix.key_bytes,
+            ga.key_reads * ix.key_bytes + ga.scan_entries * ix.score_bytes,
             math_dtype=dt,
             overlap=1.0,
         )

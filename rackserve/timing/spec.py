@@ -170,6 +170,7 @@ class IndexerSpec(_Spec):
     head_dim: int = Field(gt=0)
     top_k: int = Field(gt=0)
     key_bytes: float = Field(gt=0)
+    score_bytes: float = Field(0.0, ge=0, description="per scanned key: score out + top-k read back")
     matrices: list[Matrix]
 
 
@@ -254,6 +255,18 @@ class ModelSpec(_Spec):
     mhc: MHCSpec | None = None
     engram: EngramSpec | None = None
     mtp: MTPSpec | None = None
+
+    def derived_kv_bytes_per_token(self) -> float:
+        """KV a token leaves in HBM past the window: per layer, its compressed entry (and indexer key
+        where the layer runs the indexer) divided by the layer's compression ratio."""
+        total = 0.0
+        for code in self.attention.layer_codes:
+            c = self.attention.codes[code]
+            if c.ratio == 0:
+                continue
+            key = self.indexer.key_bytes if (c.indexer and self.indexer) else 0.0
+            total += (self.attention.compressed_entry_bytes + key) / c.ratio
+        return total
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:

@@ -116,6 +116,7 @@ def _group_plan(ctx: CostContext, lay: Layout, phase: str, gi: int) -> GroupPlan
             if with_indexer:
                 gmap[1, nc + i] = fi / code.ratio / pi  # scan = L / ratio
                 gmap[2, 3 * nc + i] = ix.key_bytes / code.ratio / bi  # keys = Kr / ratio
+                gmap[1, 3 * nc + i] = ix.score_bytes / code.ratio / bi  # top-k scores = L / ratio
         else:  # dense compressed: comp = L / ratio
             gmap[1, i] = fa / code.ratio / pa
             gmap[1, 2 * nc + i] = att.compressed_entry_bytes / code.ratio / ba

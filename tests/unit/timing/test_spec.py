@@ -116,3 +116,18 @@ def test_from_config_section():
         and tm.optimizations.enabled() == list(SERVING_DEFAULTS)
         and tm.block_tokens == 64
     )
+
+
+def test_v41_flash_kv_footprint_rederived_from_the_attention_spec():
+    """REFERENCE: KV in HBM about 890 B per token; the spec's entry bytes and ratios must give it."""
+    m = load_model("deepseek-v4.1-flash")
+    # 20 CSA layers x (272 + 68) / 8 + 18 HCA layers x 272 / 128 = 850 + 38.25
+    assert m.derived_kv_bytes_per_token() == pytest.approx(888.25)
+    assert m.derived_kv_bytes_per_token() == pytest.approx(m.kv_bytes_per_token, rel=0.01)
+    idx_layers = [i for i, c in enumerate(m.attention.layer_codes) if m.attention.codes[c].indexer]
+    assert idx_layers == list(range(20, 40))  # the indexer runs on the 20 CSA layers, from layer 20
+    assert m.mhc.elem_bytes == 4  # FP32 residual streams
+    # the window buffer: 40 layers x 128 tokens x 527 B = REFERENCE's ~2.7 MB per request
+    assert m.layers * m.attention.window * m.attention.window_entry_bytes == pytest.approx(
+        m.window_buffer_bytes, rel=0.01
+    )

@@ -348,3 +348,17 @@ def test_random_steps_are_finite_and_consistent(hardware):
                 assert all(np.isfinite(v) and v >= 0 for v in values), (hardware, opt, name, phase)
                 assert cost.total_s == pytest.approx(sum(cost.breakdown.values()))
                 assert max(cost.rank_busy_s, default=0) <= cost.total_s * (1 + 1e-9)
+
+
+def test_decode_feels_context_through_the_indexer_scan(vr200):
+    """Selected-entry attention is capped at top-k, but the indexer scan (keys + top-k scores) and the
+    dense HCA layers (L / 128 entries) are not: decode cost grows with context, through them alone."""
+    wide = vr200.layout("wide-ep", ranks=8)
+    cost = {c: vr200.step_time("decode", wide, decode_step(8, 64, c)) for c in (8192, 65536, 262144)}
+    idx = {c: v.breakdown["indexer"] for c, v in cost.items()}
+    att = {c: v.breakdown["attention"] for c, v in cost.items()}
+    assert cost[8192].total_s < cost[65536].total_s < cost[262144].total_s
+    assert idx[262144] / idx[65536] > 2.5  # 4x the keys; the launch cost does not grow
+    grow = cost[262144].total_s - cost[8192].total_s
+    assert (idx[262144] - idx[8192]) + (att[262144] - att[8192]) == pytest.approx(grow, rel=0.02)
+    assert idx[262144] - idx[8192] > 0.4 * grow
