@@ -51,7 +51,7 @@ from rackserve.config import Config
 from rackserve.kv.block_cache import BlockCache, CacheStats
 from rackserve.kv.block_hash import block_hashes, hash_block, root_hash
 from rackserve.kv.events import KVEvent, Publisher
-from rackserve.kv.kv_codec import decode_block, encode_block
+from rackserve.kv.kv_codec import encode_block
 from rackserve.kv.paged_kv import PagedKV
 from rackserve.model.config import ModelConfig
 from rackserve.model.engine_request import EngineRequest
@@ -61,6 +61,7 @@ from rackserve.model.engram import (
     engram_row_ids_windows,
     engram_windows,
 )
+from rackserve.model.kv_import import import_blocks
 from rackserve.model.sampling import SamplingParams, sample
 from rackserve.model.tokenizer import EOS
 from rackserve.model.transformer import Segment, Transformer
@@ -283,8 +284,9 @@ class Engine:
         if len(self.scheduler) >= self.scheduler.limits.max_queue:
             raise QueueFull(f"rank queue full: {len(self.scheduler)} requests admitted")
         hashes, blocks = self._chain(tokens)
-        imported_before = self._imported
-        self.cache.release(self._import(hashes, blocks, kv_blocks))
+        held, imported = import_blocks(self.cfg, self.cache, self.kv, hashes, blocks, kv_blocks)
+        self.cache.release(held)
+        self._imported += imported
         usable = (len(tokens) - 1) // self.cfg.block_size  # the last token is always computed
         cached = min(len(self.cache.match_prefix(hashes, blocks)), usable) * self.cfg.block_size
         seed = params.seed if params.seed is not None else xxhash.xxh64_intdigest(request_id) >> 1
@@ -292,7 +294,7 @@ class Engine:
         request = EngineRequest(request_id, tokens, len(prompt_ids), params, seed, seq)
         self._requests[request_id] = request
         assert self.scheduler.admit(seq)
-        return Admission(request_id, len(tokens), cached, self._imported - imported_before)
+        return Admission(request_id, len(tokens), cached, imported)
 
     def free(self, request_id: str) -> None:
         """Abort: release the request's blocks (full ones stay cached)."""
@@ -339,53 +341,6 @@ class Engine:
         tokens = [int(t) for t in token_ids]
         hashes = block_hashes(tokens, bs, self.cfg.model_id)
         return hashes, [tokens[i * bs : (i + 1) * bs] for i in range(len(hashes))]
-
-    def _import(
-        self, hashes: list[int], blocks: list[list[int]], kv_blocks: Sequence[tuple[int, bytes]]
-    ) -> list[int]:
-        """Write given blocks into the cache (those not cached yet); returns every block of the given
-        prefix found or written, each holding one extra reference until admission is done.
-        All blocks are checked and decoded before the cache changes, so a bad one changes nothing."""
-        decoded = self._decode_imports(hashes, blocks, kv_blocks)
-        held: list[int] = []
-        for i, kv in enumerate(decoded):
-            present = self.cache.find(hashes[i], blocks[i])
-            if present is not None:  # hold it so importing the next blocks cannot evict it
-                self.cache.acquire([present])
-                held.append(present)
-                continue
-            if kv is None or self.cache.num_free == 0:
-                break
-            (block,) = self.cache.allocate(1)
-            self.kv.write_block(block, *kv)
-            self.cache.commit(block, hashes[i], blocks[i], hashes[i - 1] if i else None)
-            held.append(block)
-            self._imported += 1
-        return held
-
-    def _decode_imports(
-        self, hashes: list[int], blocks: list[list[int]], kv_blocks: Sequence[tuple[int, bytes]]
-    ) -> list[tuple[np.ndarray, np.ndarray] | None]:
-        """(K, V) per given block, None where the block is already cached here."""
-        if len(kv_blocks) > len(hashes):
-            raise ValueError(
-                f"kv_blocks: {len(kv_blocks)} blocks for a sequence of {len(hashes)} full blocks"
-            )
-        shape = (self.cfg.n_layers, self.cfg.block_size, self.cfg.head_dim)
-        decoded: list[tuple[np.ndarray, np.ndarray] | None] = []
-        for i, (block_hash, data) in enumerate(kv_blocks):
-            if block_hash != hashes[i]:
-                raise ValueError(
-                    f"kv_blocks[{i}]: hash {block_hash:#x} is not block {i} of the prompt"
-                )
-            if self.cache.find(block_hash, blocks[i]) is not None:
-                decoded.append(None)
-                continue
-            try:
-                decoded.append(decode_block(data, shape, self.cfg.fingerprint))
-            except ValueError as exc:
-                raise ValueError(f"kv_blocks[{i}]: {exc}") from None
-        return decoded
 
     # -- stepping ----------------------------------------------------------------------------
     def step(self) -> StepResult:
