@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +15,6 @@ from rackserve.sim.scenario import load_scenario
 
 console = Console()
 run_app = typer.Typer(add_completion=False)
-sweep_app = typer.Typer(add_completion=False)
 PROGRESS_EVERY = 200  # requests between progress-bar refreshes
 
 
@@ -74,43 +72,21 @@ def simulate(
     console.print(f"wrote {out}/{sc.name}.json and plots")
 
 
-@sweep_app.command()
-def sweep(
-    scenarios: Annotated[list[Path], typer.Argument(help="deployment scenarios (closed-loop workloads)")],
-    concurrency: str = typer.Option("100,400,1600", help="comma-separated concurrencies"),
-    policy: Annotated[str, typer.Option(help="comma-separated routing policies")] = "least-uncached-work",
-    duration: Annotated[float | None, typer.Option(help="override each workload's duration_s")] = None,
-    out: Annotated[Path, typer.Option(help="folder for JSON and the curve plot")] = Path("out/sim-sweep"),
-    num_cpus: Annotated[int, typer.Option(help="Ray CPUs (tasks in parallel)")] = 2,
-) -> None:
-    """Fan a (scenario x concurrency x policy) grid out as Ray tasks; write the throughput/GPU vs
-    tok/s/user curve with its peak."""
-    from rackserve.sim.sweep import curves, grid, plot_curves, run_grid
-
-    for path in scenarios:
-        _load(path, None, None, None)  # validate before starting Ray
-    points = grid([str(p) for p in scenarios], [int(c) for c in _csv(concurrency)], _csv(policy), duration)
-    console.print(f"sweeping {len(points)} runs on Ray ({num_cpus} CPUs)")
-    rows = run_grid(points, num_cpus=num_cpus)
-    curve_rows = curves(rows)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(json.dumps({"runs": rows, "curves": curve_rows}, indent=2, default=float) + "\n")
-    plot_curves(curve_rows, out / "sweep-curve.png")
-    for c in curve_rows:
-        pk = c["peak"]
-        console.print(f"{c['scenario']} {c['policy']}: peak {pk['throughput_per_gpu']:,.0f} tok/s/GPU at concurrency "
-                      f"{pk['concurrency']} (P50 {pk['user_tps_p50']:.1f} tok/s/user)")
-    console.print(f"wrote {out}/sweep.json and sweep-curve.png")
-
-
 SIM_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
 
 def sim(ctx: typer.Context) -> None:
-    """Offline simulator: `rackserve sim SCENARIO [--policy a,b] [--trace F] [--out D]` or `rackserve sim sweep ...`."""
+    """Offline simulator: `rackserve sim SCENARIO [--policy a,b] [--trace F] [--out D]`, `rackserve sim sweep ...`
+    or `rackserve sim explain A.yaml B.yaml --target-tps-user X`."""
     args = list(ctx.args)
     if args and args[0] == "sweep":
+        from rackserve.sim.cli_sweep import sweep_app
+
         sweep_app(args[1:], prog_name="rackserve sim sweep")
+    elif args and args[0] == "explain":
+        from rackserve.sim.cli_explain import explain_app
+
+        explain_app(args[1:], prog_name="rackserve sim explain")
     else:
         run_app(args, prog_name="rackserve sim")
 

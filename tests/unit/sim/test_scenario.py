@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from rackserve.sim.scenario import load_scenario
-from rackserve.workload.spec import AgentXWorkload, MooncakeWorkload
+from rackserve.workload.spec import AgentXTraceWorkload, MooncakeWorkload
 
 SCENARIOS = sorted(p for p in (Path(__file__).parents[3] / "scenarios").glob("*.yaml") if p.name != "local.yaml")
 
@@ -22,8 +22,10 @@ def test_the_required_scenarios_exist():
     assert by_name["nvl72-vr200"].gpus == by_name["nvl72-gb300"].gpus == 72
     assert by_name["nvl72-gb300"].config.timing.hardware == "gb300"
     assert sum(g.count for g in by_name["dep2x12"].config.deployment.prefill) == 12
-    assert isinstance(by_name["agentx-3dep2-wideep"].workload, AgentXWorkload)
-    assert by_name["agentx-3dep2-wideep"].workload.concurrency == 4800
+    for name in ("nvl72-vr200", "nvl72-gb300", "agentx-3dep2-wideep", "dep2x12"):  # the real traces by default
+        wl = by_name[name].workload
+        assert isinstance(wl, AgentXTraceWorkload) and Path(wl.trace).is_file()
+        assert wl.measure_window == (60.0, 960.0)  # a 900 s measured window, as AgentX
     assert by_name["tp8-batch1"].sim.decode_max_batch_seqs == 1
 
 

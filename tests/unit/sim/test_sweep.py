@@ -1,4 +1,15 @@
-from rackserve.sim.sweep import curves
+import math
+
+import pytest
+
+from rackserve.sim.frontier import (
+    first_grid,
+    next_concurrencies,
+    pareto,
+    saturated_at,
+    throughput_at,
+)
+from rackserve.sim.sweep import adaptive, curves, ratios
 
 
 def _row(scenario, policy, conc, tput, p50):
@@ -15,3 +26,48 @@ def test_curves_group_sort_and_mark_the_peak():
     assert [p["concurrency"] for p in rr["points"]] == [100, 400, 1600]
     assert rr["peak"]["concurrency"] == 400 and rr["peak"]["throughput_per_gpu"] == 900.0
     assert rr["points"][0]["user_tps_p90"] == 48.0
+    assert [p["concurrency"] for p in rr["frontier_p50"]] == [400, 100]  # 1600 is dominated by 400
+
+
+# A constructed curve: throughput 100 at 50 tok/s/user, 300 at 30, 400 at 10; (200, 20) is dominated.
+CURVE = [{"concurrency": c, "throughput_per_gpu": t, "user_tps_p50": x}
+         for c, t, x in ((1, 100.0, 50.0), (4, 300.0, 30.0), (16, 400.0, 10.0), (64, 200.0, 20.0))]
+
+
+def test_pareto_drops_dominated_points_and_interpolates_between_neighbours():
+    front = pareto(CURVE)
+    assert [p["concurrency"] for p in front] == [16, 4, 1]
+    assert throughput_at(front, 40.0) == pytest.approx(200.0)  # halfway between (30, 300) and (50, 100)
+    assert throughput_at(front, 20.0) == pytest.approx(350.0)
+    assert throughput_at(front, 30.0) == pytest.approx(300.0)  # exactly on a point
+    assert throughput_at(front, 60.0) is None and throughput_at(front, 5.0) is None  # not reached
+
+
+def test_ratios_between_scenarios_at_a_target():
+    rows = [dict(r, scenario="a", policy="p") for r in CURVE] + [
+        dict(r, scenario="b", policy="p", throughput_per_gpu=2 * r["throughput_per_gpu"]) for r in CURVE]
+    (r,) = ratios(curves(rows, [40.0]), [40.0])
+    assert r["base"] == "a" and r["other"] == "b" and r["ratio"] == pytest.approx(2.0)
+
+
+def test_refinement_climbs_until_saturation_then_bisects_the_bend():
+    assert first_grid(1, 20_000) == [1, 4, 16, 64, 256, 1024, 4096, 16384, 20000]
+
+    def model(c):  # throughput saturates at 1,000 lanes; speed falls past it
+        return {"concurrency": c, "throughput_per_gpu": 1000.0 * min(c, 1000), "user_tps_p50": 100.0 / max(1, c / 1000),
+                "user_tps_p90": 80.0 / max(1, c / 1000), "scenario": "s", "policy": "p", "scenario_path": "s.yaml"}
+
+    calls = []
+
+    def run(points):
+        calls.append([p.concurrency for p in points])
+        return [model(p.concurrency) for p in points]
+
+    rows = adaptive(["s.yaml"], ["p"], run, 1, 20_000, rounds=3)
+    conc = sorted(r["concurrency"] for r in rows)
+    assert calls[0] == [1, 4] and 20000 not in conc  # stopped climbing once saturated (4,096)
+    assert not any(c < 256 and c not in (1, 4, 16, 64) for c in conc)  # no bisection where it keeps up
+    assert saturated_at(rows) is not None
+    assert sum(1 for c in conc if 1024 < c < 4096) >= 2  # bisected the bend (two rounds there)
+    assert not next_concurrencies([model(1000), model(1001)])
+    assert math.isclose(max(r["throughput_per_gpu"] for r in rows), 1e6)
