@@ -106,9 +106,9 @@ class PoolServicer(pb_grpc.KVPoolServicer):
 
     @_edge
     def BatchPutCommit(self, request: pb.CommitRequest, context: grpc.ServicerContext) -> pb.CommitReply:
-        written = validate.hashes("written", request.written, self.options.max_blocks_per_request)
+        written = validate.written(request.written, self.options.max_blocks_per_request)
         with self.lock:
-            committed = self.tiers.commit(request.txn, self.clock(), written or None)
+            committed = self.tiers.commit(request.txn, self.clock(), written)
             self._apply()
             done = set(committed)
             orphans = [h for h in written if h not in done and not self.tiers.is_known(h)]

@@ -52,3 +52,11 @@ def hashes(field: str, values: Sequence[int], max_blocks: int, unique: bool = Fa
     if unique:
         no_duplicates(field, values)
     return list(values)
+
+
+def written(values: Sequence[int], max_blocks: int) -> list[int]:
+    """A commit's `written` hashes: at least one (commit nothing by aborting), none repeated."""
+    if not values:
+        raise InvalidRequest("written: empty; name the blocks whose bytes were written "
+                             "(BatchPutAbort releases a reservation)")
+    return hashes("written", values, max_blocks, unique=True)

@@ -72,6 +72,29 @@ def test_malformed_puts_are_invalid_argument(make_pool, request_fields, field):
     assert field in err.value.details()
 
 
+@pytest.mark.parametrize(
+    ("written", "field"),
+    [
+        (lambda hashes: [hashes[0], hashes[1], hashes[0]], "written[2] repeats written[0]"),
+        (lambda hashes: [], "written: empty"),
+    ],
+)
+def test_malformed_commits_are_invalid_argument_and_commit_nothing(make_pool, written, field):
+    """A repeated hash used to raise KeyError in the server; an empty list committed every
+    reserved block, written or not. Both are refused whole: nothing becomes visible."""
+    _, client = make_pool()
+    stub = pb_grpc.KVPoolStub(client._channel)
+    hashes = [11, 12, 13]
+    reply = stub.BatchPutReserve(pb.ReserveRequest(owner="w", block_hashes=hashes, sizes=[10] * 3))
+    with pytest.raises(grpc.RpcError) as err:
+        stub.BatchPutCommit(pb.CommitRequest(txn=reply.txn, written=written(hashes)))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field in err.value.details()
+    assert client.match_prefix(hashes).count == 0  # nothing committed
+    done = stub.BatchPutCommit(pb.CommitRequest(txn=reply.txn, written=hashes))
+    assert list(done.committed) == hashes  # the reservation is intact: a good commit still works
+
+
 def test_oversized_reads_are_invalid_argument_and_client_raises_valueerror(make_pool):
     _, client = make_pool(max_blocks_per_request=100)
     with pytest.raises(ValueError, match="block_hashes: 101 entries"):
