@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from rackserve.config import Config
 from rackserve.timing import Layout, TimingModel
@@ -53,22 +54,37 @@ class PrefillTable:
         return low + (high - low) * tx
 
 
-class TimingCost:
-    """rackserve.routing.CostModel over a TimingModel, with layouts named as in RankState.layout
-    ("dep2", "tp8", "wide-ep" or Layout.key such as "wide-ep16")."""
+@dataclass(frozen=True)
+class LayoutKey:
+    """Which priced layout: a prefill and a decode group of one layout name may differ in ranks
+    (a 4-rank wide-ep prefill is not the 16-rank wide-ep decode), so the name alone is not a key."""
 
-    def __init__(self, model: TimingModel, layouts: Mapping[str, Layout] | None = None) -> None:
+    phase: str  # "prefill" | "decode"
+    layout: str  # rackserve.config.InstanceGroup.layout
+    ranks: int
+
+
+class TimingCost:
+    """rackserve.routing.CostModel over a TimingModel. `prefill_estimate_s` takes the layout as
+    RankState.layout names it: a prefill group's layout name ("dep2", "wide-ep", "tp8"), or a
+    Layout.key such as "wide-ep16"."""
+
+    def __init__(self, model: TimingModel, layouts: Mapping[LayoutKey | str, Layout] | None = None) -> None:
         self.model = model
-        self._layouts = dict(layouts or {})
+        self._layouts = {  # a bare name (the simulator's) is a prefill layout of that name
+            (k if isinstance(k, LayoutKey) else LayoutKey("prefill", k, getattr(v, "gpus", 0))): v
+            for k, v in (layouts or {}).items()
+        }
         self._tables: dict[str, PrefillTable] = {}
         self._transfer: dict[tuple[int, str], float] = {}
 
     @classmethod
     def from_config(cls, config: Config, model: TimingModel | None = None) -> TimingCost:
-        """Cost of the config's deployment: its prefill layouts (by name) on its timing model."""
+        """Cost of the config's deployment: its layouts by (phase, name, ranks) on its timing model."""
         tm = model or TimingModel.from_section(config.timing)
-        groups = [*config.deployment.prefill, *config.deployment.decode]
-        return cls(tm, {g.layout: tm.layout(g.layout, g.ranks) for g in groups})
+        groups = [("prefill", g) for g in config.deployment.prefill]
+        groups += [("decode", g) for g in config.deployment.decode]
+        return cls(tm, {LayoutKey(phase, g.layout, g.ranks): tm.layout(g.layout, g.ranks) for phase, g in groups})
 
     def prefill_estimate_s(self, layout: str, new_tokens: int, cached_tokens: int) -> float:
         table = self._tables.get(layout)
@@ -83,10 +99,15 @@ class TimingCost:
             seconds = self._transfer[key] = self.model.kv_transfer_s(tokens, tier)
         return seconds
 
-    def layout_of(self, name: str) -> Layout:
-        """The Layout a RankState.layout name stands for."""
-        if name in self._layouts:
-            return self._layouts[name]
+    def layout_of(self, name: str, phase: str = "prefill") -> Layout:
+        """The Layout of `phase` a RankState.layout name stands for. ValueError when two groups
+        of that phase share the name with different ranks (name them by Layout.key then)."""
+        found = {getattr(v, "key", k.layout): v for k, v in self._layouts.items()
+                 if k.phase == phase and name in (k.layout, getattr(v, "key", k.layout))}
+        if len(found) > 1:
+            raise ValueError(f"layout {name!r}: {phase} groups of {sorted(found)}; name one by its key")
+        if found:
+            return next(iter(found.values()))
         if name.startswith("wide-ep") and name[len("wide-ep") :].isdigit():
             return self.model.layout("wide-ep", int(name[len("wide-ep") :]))
         return self.model.layout(name)

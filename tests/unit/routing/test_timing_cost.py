@@ -62,3 +62,37 @@ def test_from_config_uses_the_deployment_layouts(model):
     )
     tc = TimingCost.from_config(cfg, model)
     assert tc.layout_of("wide-ep") == model.layout("wide-ep", 4)
+
+
+def test_a_prefill_layout_is_not_priced_as_the_decode_group_of_the_same_name(model):
+    """Keyed by name only, the 16-rank wide-ep decode group overwrote the 4-rank wide-ep prefill
+    one: the prefill was priced on 16 ranks."""
+    cfg = Config(
+        deployment=DeploymentSection(
+            prefill=[InstanceGroup(layout="wide-ep", ranks=4)],
+            decode=[InstanceGroup(layout="wide-ep", ranks=16)],
+        )
+    )
+    tc = TimingCost.from_config(cfg, model)
+    wide4, wide16 = model.layout("wide-ep", 4), model.layout("wide-ep", 16)
+    assert tc.layout_of("wide-ep") == wide4 and tc.layout_of("wide-ep", "decode") == wide16
+    n, c = NEW_GRID[-1], CACHED_GRID[0]  # long prompts: the all-to-all over 4 vs 16 ranks differs
+    assert tc.prefill_estimate_s("wide-ep", n, c) == pytest.approx(
+        model.prefill_estimate_s(wide4, n, c), rel=1e-12
+    )
+    assert model.prefill_estimate_s(wide4, n, c) != pytest.approx(
+        model.prefill_estimate_s(wide16, n, c), rel=0.02
+    )  # the two prices differ: the test can tell them apart
+
+
+def test_two_prefill_groups_of_one_name_need_their_key(model):
+    cfg = Config(
+        deployment=DeploymentSection(
+            prefill=[InstanceGroup(layout="wide-ep", ranks=4), InstanceGroup(layout="wide-ep", ranks=8)],
+            decode=[],
+        )
+    )
+    tc = TimingCost.from_config(cfg, model)
+    with pytest.raises(ValueError, match="wide-ep4.*wide-ep8"):
+        tc.layout_of("wide-ep")
+    assert tc.layout_of("wide-ep8") == model.layout("wide-ep", 8)
