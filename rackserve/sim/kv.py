@@ -112,7 +112,8 @@ class ClusterKV:
         pm = self.pool.match_prefix(rest, now) if rest else None
         n_pool = pm.count if pm else 0
         if n_pool:
-            self.pool.lookup(rest[:n_pool], now, lease=False)  # refresh LRU
+            # refresh LRU: touching the last hit touches its stored ancestors too (the whole hit)
+            self.pool.lookup([rest[n_pool - 1]], now, lease=False)
         pool = self.pool
         end = n_rank + n_pool
         blocks = {"rank_hbm": keys.blocks_in(n_rank), "pool_hbm": 0, "pool_dram": 0}
