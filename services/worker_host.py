@@ -101,6 +101,8 @@ class Pricer:
         layout = self.timing.layout(
             self.spec.layout, self.spec.gpus if self.spec.layout == "wide-ep" else None
         )
+        if self.phase == "decode":  # per output token: MTP-aware (speculative step / accepted tokens)
+            return self.timing.decode_token_time(layout, batch)
         return self.timing.step_time(self.phase, layout, batch)
 
 

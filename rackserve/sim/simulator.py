@@ -362,7 +362,8 @@ class Simulator:
         if all(p.empty for p in plans):
             inst.busy, self._leaps[idx] = False, None
             return []
-        cost = self.timing.step_time("decode", inst.layout, StepBatch(tuple(p.rank_batch() for p in plans)))
+        # per output token: with MTP a pure decode step is a speculative step / its accepted tokens
+        cost = self.timing.decode_token_time(inst.layout, StepBatch(tuple(p.rank_batch() for p in plans)))
         runs = [(sched.seq(s.req_id), s.num_new_tokens) for sched, p in zip(inst.ranks, plans, strict=True)
                 for s in p.seqs]
         joined = [seq for seq, n in runs if seq.payload.first_token < 0 and n == seq.pending]  # first sample
@@ -396,7 +397,7 @@ class Simulator:
         if fast is not None:
             return fast(layout, loads, extra)
         batch = StepBatch(tuple(_decode_rank_batch(n, ctx, extra) for n, ctx in loads))
-        return self.timing.step_time("decode", layout, batch)
+        return self.timing.decode_token_time(layout, batch)
 
     def on_decode_leap_end(self, now: float, idx: int, version: int) -> list[Event]:
         leap = self._leaps[idx]

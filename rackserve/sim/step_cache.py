@@ -87,16 +87,26 @@ class CachedTiming:
         return cost
 
     def decode_step_time(self, layout: Any, loads: list[tuple[int, int]], extra: int) -> StepCost:
-        """step_time("decode", layout, batch) for ranks given as (sequences, context tokens), each
+        """decode_token_time(layout, batch) for ranks given as (sequences, context tokens), each
         sequence `extra` tokens further along, without building the batch (same key, same cost)."""
         self.calls += 1
         counts = [n for n, _ in loads]
         sig = self._decode_sig(counts, [float(ctx + n * extra) if n else 0.0 for n, ctx in loads])
-        key = ("decode", getattr(layout, "key", layout), sig)
+        key = ("decode-token", getattr(layout, "key", layout), sig)
         cost = self._steps.get(key)
         if cost is None:
             self.misses += 1
-            cost = self._steps[key] = self.timing.step_time("decode", layout, _decode_representative(*sig))
+            cost = self._steps[key] = self.timing.decode_token_time(layout, _decode_representative(*sig))
+        return cost
+
+    def decode_token_time(self, layout: Any, batch: StepBatch) -> StepCost:
+        """timing.decode_token_time (per output token, MTP-aware), memoized by the decode signature."""
+        self.calls += 1
+        key = ("decode-token", getattr(layout, "key", layout), self._decode_signature(batch))
+        cost = self._steps.get(key)
+        if cost is None:
+            self.misses += 1
+            cost = self._steps[key] = self.timing.decode_token_time(layout, _decode_representative(*key[2]))
         return cost
 
     def _decode_signature(self, batch: StepBatch) -> tuple[int, int, int, int, int]:

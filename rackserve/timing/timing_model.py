@@ -8,7 +8,7 @@ from rackserve.timing.layout import Layout, make_layout
 from rackserve.timing.optimizations import Optimizations, parse_optimizations
 from rackserve.timing.overlap import overlapped, split_in_two
 from rackserve.timing.spec import HardwareSpec, ModelSpec, load_hardware, load_model
-from rackserve.timing.speculative import Speculation, draft_model, speculation
+from rackserve.timing.speculative import Speculation, draft_model, speculation, verify_batch
 from rackserve.timing.step_cost import CostContext, step_cost
 from rackserve.timing.step_plan import StepPlan, build_plan, fast_step_cost
 
@@ -163,6 +163,28 @@ class TimingModel:
             self.speculation.expected_accepted_tokens,
         )
 
+    def decode_token_time(self, layout: Layout, batch: StepBatch) -> StepCost:
+        """The time per output token of a decode step, for a scheduler that advances each sequence
+        one token per "step": with MTP, a batch of single-token decodes is priced as one speculative
+        step over the widened verify batch divided by its expected accepted tokens (every component
+        scaled), so TPOT and KV growth follow accepted tokens in expectation. A batch with longer
+        chunks (recompute after preemption) or MTP off: step_time("decode")."""
+        if self.speculation is None or not all(
+            bool((rb.new_tokens == 1).all()) for rb in batch.ranks
+        ):
+            return self.step_time("decode", layout, batch)
+        spec = self.speculative_step_time(
+            layout, verify_batch(batch, self.speculation.verify_tokens)
+        )
+        per = 1.0 / spec.accepted_tokens
+        return StepCost(
+            spec.total_s * per,
+            {k: v * per for k, v in spec.breakdown.items()},
+            tuple(b * per for b in spec.rank_busy_s),
+            spec.bound,
+            {k: v * per for k, v in spec.hidden_s.items()},
+        )
+
     def decode_leap(self, layout: Layout, batch: StepBatch, steps: int) -> StepCost:
         """`steps` consecutive single-token decode steps of the same sequences (each step adds one
         token to every context): the step cost at the mid-point contexts, scaled by `steps`. Exact
@@ -180,7 +202,7 @@ class TimingModel:
             ),
             batch.expert_tokens,
         )
-        one = self.step_time("decode", layout, mid)
+        one = self.decode_token_time(layout, mid)
         return StepCost(
             one.total_s * steps,
             {k: v * steps for k, v in one.breakdown.items()},

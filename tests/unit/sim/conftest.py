@@ -37,6 +37,9 @@ class LinearTiming:
         total = max(busy, default=0.0)
         return StepCost(total, {"all": total}, busy)
 
+    def decode_token_time(self, layout: str, batch: StepBatch) -> StepCost:
+        return self.step_time("decode", layout, batch)  # no speculative decoding in the double
+
     def pd_transfer_s(self, tokens: int) -> float:
         return self.TRANSFER_S_PER_TOKEN * tokens
 

@@ -143,3 +143,20 @@ def test_bounded_decode_kv_steps_price_like_the_leap(timing):
     stepped = _run(_scenario(prefill=1, decode_ranks=2, sim={"decode_kv_tokens_per_rank": 10**6}), timing, reqs)
     assert stepped.events > leap.events  # one event per step, not one leap
     assert stepped.span_s == pytest.approx(leap.span_s, rel=1e-9)
+
+
+def test_speculative_decoding_shortens_tpot_by_the_accepted_tokens():
+    """With the real cost model and MTP on, each decode token costs a speculative step / its
+    expected accepted tokens; MTP off is one step per token (issue 16)."""
+    from rackserve.sim.step_cache import CachedTiming
+    from rackserve.timing import TimingModel
+
+    reqs = _trace(20, spacing_s=0.05)
+    on_tm = TimingModel.create("vr200", optimizations="rubin-optimized")
+    off_tm = on_tm.with_optimizations("rubin-optimized,-mtp")
+    on, off = (_run(_scenario(), CachedTiming(tm), reqs) for tm in (on_tm, off_tm))
+    assert on.completed == off.completed == len(reqs)
+    ratio = on.tpot_p50_s / off.tpot_p50_s
+    # at these small batches the 5-position verify step costs about one plain step (plus the draft),
+    # so TPOT falls by about the 3.65 accepted tokens
+    assert 1 / 3.65 < ratio < 0.45

@@ -82,3 +82,18 @@ def test_acceptance_rates_must_match_the_drafts():
     data["mtp"]["acceptance"] = [0.9, 0.8, 1.2, 0.5]
     with pytest.raises(ValueError, match="acceptance"):
         parse_model(data)
+
+
+def test_decode_token_time_is_the_speculative_step_per_accepted_token(vr200):
+    wide = vr200.layout("wide-ep", ranks=8)
+    one = decode_step(8, 32, 16384)
+    spec = vr200.speculative_step_time(wide, verify_batch(one, vr200.verify_tokens))
+    per = vr200.decode_token_time(wide, one)
+    assert per.total_s == pytest.approx(spec.total_s / spec.accepted_tokens)
+    assert per.total_s == pytest.approx(sum(per.breakdown.values()))
+    assert per.breakdown["mtp_draft"] == pytest.approx(spec.breakdown["mtp_draft"] / 3.64506883)
+    off = vr200.with_optimizations("rubin-optimized,-mtp")
+    assert off.decode_token_time(wide, one) == off.step_time("decode", wide, one)
+    chunk = decode_step(8, 4, 1000)  # a recompute chunk in the step: no speculation there
+    mixed = type(chunk)(tuple(type(rb)(rb.new_tokens * 3, rb.cached_tokens) for rb in chunk.ranks))
+    assert vr200.decode_token_time(wide, mixed) == vr200.step_time("decode", wide, mixed)

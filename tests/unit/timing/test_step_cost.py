@@ -309,7 +309,7 @@ def test_decode_leap_matches_stepping_token_by_token(vr200):
     stepped = 0.0
     for s in range(steps):
         batch = StepBatch(tuple(RankBatch(rb.new_tokens, rb.cached_tokens + s) for rb in ranks))
-        stepped += vr200.step_time("decode", wide, batch).total_s
+        stepped += vr200.decode_token_time(wide, batch).total_s  # per output token (MTP on)
     leap = vr200.decode_leap(wide, StepBatch(ranks), steps)
     assert leap.total_s == pytest.approx(stepped, rel=2e-3)
     assert leap.total_s == pytest.approx(sum(leap.breakdown.values()))

@@ -64,13 +64,14 @@ def test_fast_path_matches_reference(hardware, model):
 
 
 def test_fast_path_decode_leap_and_estimate_match_reference(vr200):
-    ref = TimingModel.create("vr200", "deepseek-v4.1-flash", "rubin-optimized")
+    ref = TimingModel.create("vr200", "deepseek-v4.1-flash", "rubin-optimized,-mtp")
+    fast = vr200.with_optimizations("rubin-optimized,-mtp")  # the leap of plain one-token steps
     dep2, wide = vr200.layout("dep2"), vr200.layout("wide-ep", 8)
     rng = np.random.default_rng(2)
     batch = StepBatch(
         tuple(RankBatch(np.ones(5, dtype=np.int64), rng.integers(0, 9000, 5)) for _ in range(8))
     )
-    fast_leap = vr200.decode_leap(wide, batch, 9)
+    fast_leap = fast.decode_leap(wide, batch, 9)
     half = 4
     mid = StepBatch(tuple(RankBatch(r.new_tokens, r.cached_tokens + half) for r in batch.ranks))
     one = ref.step_time_reference("decode", wide, mid)
