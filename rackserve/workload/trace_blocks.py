@@ -12,6 +12,8 @@ salts share nothing. Tokens past the last full trace block (the partial block) a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from rackserve.workload.conversation import TRACE_BLOCK_TOKENS
@@ -49,9 +51,49 @@ def _mix(content: np.ndarray, positions: np.ndarray, salt: int) -> np.ndarray:
 def block_ids(hash_ids: np.ndarray, salt: int, prompt_tokens: int, block_tokens: int = 64,
               scale: float = 1.0, tail: int = 0) -> np.ndarray:  # fmt: skip
     """uint64 ids of the full `block_tokens` blocks of a (scaled) prompt of `prompt_tokens` tokens."""
-    j = np.arange(prompt_tokens // block_tokens, dtype=np.int64)
+    return next_block_ids(None, hash_ids, salt, prompt_tokens, block_tokens, scale, tail).ids
+
+
+@dataclass(frozen=True, eq=False)
+class BlockIds:
+    """One request's block ids (array and tuple of ints) and the trace hash ids they came from."""
+
+    hash_ids: np.ndarray
+    ids: np.ndarray
+    as_tuple: tuple[int, ...]
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(a.size, b.size)
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if differ.size else n
+
+
+def _kept(prev: BlockIds, hash_ids: np.ndarray, count: int, block_tokens: int, scale: float) -> int:
+    """Leading blocks whose trace blocks (all <= their last) lie in the common trace prefix."""
+    common = _common_prefix(prev.hash_ids, hash_ids)
+    if scale == 1.0:  # last = ((j + 1) * B - 1) // 64 < common  <=>  j < 64 * common // B
+        keep = common * TRACE_BLOCK_TOKENS // block_tokens
+    else:
+        j = np.arange(count, dtype=np.int64)
+        keep = int(np.searchsorted(trace_block_of((j + 1) * block_tokens - 1, scale), common))
+    return min(keep, count, prev.ids.size)
+
+
+def next_block_ids(prev: BlockIds | None, hash_ids: np.ndarray, salt: int, prompt_tokens: int,
+                   block_tokens: int = 64, scale: float = 1.0, tail: int = 0) -> BlockIds:  # fmt: skip
+    """`block_ids` of a request, reusing the ids (and Python ints) of `prev`, the same agent's
+    previous request under the same salt, for the blocks of their common trace prefix: an agentic
+    turn mostly resends its predecessor, so only its new tail is mixed and converted."""
+    count = prompt_tokens // block_tokens
+    keep = 0 if prev is None else _kept(prev, hash_ids, count, block_tokens, scale)
+    j = np.arange(keep, count, dtype=np.int64)
     last = trace_block_of((j + 1) * block_tokens - 1, scale)  # its tokens depend on trace blocks <= last
-    return _mix(_content(hash_ids, last, tail), j, salt)
+    new = _mix(_content(hash_ids, last, tail), j, salt)
+    if keep == 0:
+        return BlockIds(hash_ids, new, tuple(new.tolist()))
+    ids = np.concatenate([prev.ids[:keep], new])
+    return BlockIds(hash_ids, ids, prev.as_tuple[:keep] + tuple(new.tolist()))
 
 
 def prompt_token_ids(hash_ids: np.ndarray, salt: int, prompt_tokens: int, scale: float = 1.0,

@@ -31,7 +31,7 @@ the target block size) and `block_hash_array` (the same ids as uint64). `turn_re
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from rackserve.workload.conversation import Conversation, FanOut, Turn
 from rackserve.workload.request import Request
 from rackserve.workload.spec import AgentXTraceWorkload
 from rackserve.workload.tokens import content_id
-from rackserve.workload.trace_blocks import block_ids
+from rackserve.workload.trace_blocks import BlockIds, next_block_ids
 
 MAX_OVERFLOW_SHARE = 0.01  # AgentX: a run is invalid above 1 % context overflows
 SUBAGENT_TURN_BASE = 1000
@@ -72,6 +72,9 @@ class TurnRef:
     output_tokens: int  # scaled
 
 
+_Agent = tuple[int, int] | None  # None: the parent; (fan-out step, subagent index)
+
+
 @dataclass
 class _Tree:
     lane: int
@@ -84,9 +87,7 @@ class _Tree:
     parent_done: bool = False
     dead: bool = False  # overflowed
     drained: bool = False
-
-
-_Agent = tuple[int, int] | None  # None: the parent; (fan-out step, subagent index)
+    last_ids: dict[_Agent, BlockIds] = field(default_factory=dict)  # each agent's previous request
 
 
 class TraceReplaySource:
@@ -260,11 +261,12 @@ class TraceReplaySource:
             self._overflow += 1
             tree.dead = True
             return []
-        ids = block_ids(turn.hash_ids, tree.salt, prompt, self.block_size, self.spec.length_scale,
-                        self._tail(tree, agent, index))  # fmt: skip
-        req = Request(self._next_req, at, prompt, output, tuple(ids.tolist()), session=tree.replay,
+        ids = next_block_ids(tree.last_ids.get(agent), turn.hash_ids, tree.salt, prompt, self.block_size,
+                             self.spec.length_scale, self._tail(tree, agent, index))  # fmt: skip
+        tree.last_ids[agent] = ids
+        req = Request(self._next_req, at, prompt, output, ids.as_tuple, session=tree.replay,
                       turn=self._turn_number(tree, agent, index), lane=tree.lane, warmup=warmup,
-                      block_hash_array=ids)  # fmt: skip
+                      block_hash_array=ids.ids)  # fmt: skip
         self._next_req += 1
         self._sent += 1
         self._warm += warmup

@@ -1,0 +1,34 @@
+import numpy as np
+import pytest
+
+from rackserve.workload.trace_blocks import block_ids, next_block_ids, prompt_token_ids
+
+IDS = np.arange(1, 41, dtype=np.uint64)  # 40 trace blocks = 2,560 tokens
+
+
+@pytest.mark.parametrize(("block", "scale"), [(64, 1.0), (128, 1.0), (16, 1.0), (16, 0.25), (16, 0.03)])
+def test_incremental_ids_equal_a_fresh_computation(block, scale):
+    grown = np.concatenate([IDS, np.arange(500, 510, dtype=np.uint64)])
+    forked = np.concatenate([IDS[:25], np.arange(900, 915, dtype=np.uint64)])
+    prev = next_block_ids(None, IDS, 7, round(2560 * scale) + 3, block, scale, tail=1)
+    for nxt, n_tok in ((grown, 3200), (forked, 2560)):
+        n = round(n_tok * scale) + 5
+        inc = next_block_ids(prev, nxt, 7, n, block, scale, tail=2)
+        fresh = block_ids(nxt, 7, n, block, scale, tail=2)
+        assert inc.as_tuple == tuple(fresh.tolist()) and np.array_equal(inc.ids, fresh)
+
+
+def test_block_ids_follow_prefix_identity_and_salt():
+    a = block_ids(IDS, 1, 2560)
+    b = block_ids(np.concatenate([IDS[:10], IDS[10:] + 100]), 1, 2560)
+    assert a.size == 40 and (a[:10] == b[:10]).all() and not set(a[10:]) & set(b[10:])
+    assert not set(block_ids(IDS, 2, 2560)) & set(a)  # another lane's salt shares nothing
+
+
+def test_prompt_tokens_share_exactly_the_common_trace_prefix():
+    scale = 0.25  # a 64-token trace block becomes 16 tokens
+    a = prompt_token_ids(IDS, 3, 640, scale)
+    b = prompt_token_ids(np.concatenate([IDS[:20], IDS[20:] + 100]), 3, 640, scale)
+    assert a.max() < 256 and (a[:320] == b[:320]).all() and (a[320:] != b[320:]).mean() > 0.9
+    tail = prompt_token_ids(IDS[:2], 3, 40, scale, tail=5)  # 32 tokens of 2 trace blocks + 8 of tail
+    assert (tail[:32] == a[:32]).all() and (tail[32:] != prompt_token_ids(IDS[:2], 3, 40, scale, tail=6)[32:]).any()
