@@ -23,13 +23,13 @@ def content_id(*parts: object) -> int:
 
 
 def mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer over a uint64 array, in place (a bijection: distinct in, distinct out)."""
-    with np.errstate(over="ignore"):
-        x ^= x >> np.uint64(30)
-        x *= _MIX1
-        x ^= x >> np.uint64(27)
-        x *= _MIX2
-        x ^= x >> np.uint64(31)
+    """splitmix64's finalizer over a uint64 array, in place (a bijection: distinct in, distinct out).
+    Array integer arithmetic wraps silently in numpy (only scalar ops warn), so no errstate."""
+    x ^= x >> np.uint64(30)
+    x *= _MIX1
+    x ^= x >> np.uint64(27)
+    x *= _MIX2
+    x ^= x >> np.uint64(31)
     return x
 
 

@@ -43,8 +43,9 @@ def _content(hash_ids: np.ndarray, blocks: np.ndarray, tail: int) -> np.ndarray:
 
 
 def _mix(content: np.ndarray, positions: np.ndarray, salt: int) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        x = content * _ID + positions.astype(np.uint64) * _POS + np.uint64(salt)
+    x = content * _ID  # uint64 array arithmetic wraps mod 2**64 (no warning for arrays)
+    x += positions.astype(np.uint64) * _POS
+    x += np.uint64(salt)
     return mix64(x)
 
 
@@ -88,7 +89,10 @@ def next_block_ids(prev: BlockIds | None, hash_ids: np.ndarray, salt: int, promp
     count = prompt_tokens // block_tokens
     keep = 0 if prev is None else _kept(prev, hash_ids, count, block_tokens, scale)
     j = np.arange(keep, count, dtype=np.int64)
-    last = trace_block_of((j + 1) * block_tokens - 1, scale)  # its tokens depend on trace blocks <= last
+    if scale == 1.0 and block_tokens == TRACE_BLOCK_TOKENS:
+        last = j  # block j is trace block j
+    else:
+        last = trace_block_of((j + 1) * block_tokens - 1, scale)  # its tokens depend on trace blocks <= last
     new = _mix(_content(hash_ids, last, tail), j, salt)
     if keep == 0:
         return BlockIds(hash_ids, new, tuple(new.tolist()))

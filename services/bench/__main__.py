@@ -1,10 +1,15 @@
 """`rackserve bench`: drive a running cluster over streaming HTTP, like `vllm bench serve`.
 
     python -m services.bench --url http://127.0.0.1:8000 --trace trace.jsonl --request-rate 2
+    python -m services.bench --url ... --trace data/agentx/claude_code_traces_dev.jsonl.gz \
+        --concurrency 8 --duration 120 --measure-start 30
     python -m services.bench --url ... --agentx --concurrency 8 --agentx-sessions 16 --duration 60
 
-Prints the familiar summary (in simulated seconds, using the cluster's time_scale), plus the
-cached-token share and rank idle time; --save-result writes vLLM-named JSON; --plot writes PNGs.
+--trace takes Mooncake records or recorded agentic conversations (told apart by content, .gz too);
+conversations replay as AgentX lanes (warm-ups left out of the figures), scaled to fit the model's
+context (max_model_len of /v1/models) or refused up front. Prints the familiar summary (in
+simulated seconds, using the cluster's time_scale), plus the cached-token share, rank idle time and
+context overflows; --save-result writes vLLM-named JSON; --plot writes PNGs.
 """
 
 from __future__ import annotations
@@ -13,20 +18,37 @@ import argparse
 import asyncio
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rackserve.workload.spec import AgentXWorkload
-from services.bench.client import cluster_info, metrics_text, rank_idle_pct, stream_completion
+from rackserve.workload.spec import DEEPSEEK_V4_MAX_CONTEXT, AgentXTraceWorkload, AgentXWorkload
+from rackserve.workload.trace_file import read_conversations, trace_format
+from rackserve.workload.trace_replay import TraceReplaySource
+from services.bench.client import (
+    cluster_info,
+    metrics_text,
+    model_context,
+    rank_idle_pct,
+    stream_completion,
+)
+from services.bench.context_fit import (
+    ContextFitError,
+    check_agentx_fits,
+    fit_length_scale,
+    trace_lengths,
+)
 from services.bench.outcome import Outcome
 from services.bench.plots import write_plots
 from services.bench.runner import Runner
 from services.bench.summary import format_summary, summarize
 from services.bench.workload import BenchWorkload
 
+DEFAULT_LANES = 8  # --trace conversations without --concurrency
+DEFAULT_TRACE_DURATION_S = 60.0  # --trace conversations without --duration (lanes recycle forever)
 AGENTX_FIELDS = {  # flag -> AgentXWorkload field (the rest keep the spec's defaults)
     "sessions": "sessions", "system_tokens": "system_prompt_tokens", "tool_defs_tokens": "tool_defs_tokens",
     "first_user_tokens": "first_user_tokens", "turns_min": "turns_min", "turns_max": "turns_max",
@@ -40,12 +62,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="rackserve bench", description=__doc__.split("\n")[0])
     p.add_argument("--url", default="http://127.0.0.1:8000", help="the cluster's front door")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--trace", help="Mooncake JSONL trace")
+    src.add_argument("--trace", help="Mooncake or AgentX conversation JSONL (.gz too), by content")
     src.add_argument("--agentx", action="store_true", help="AgentX-like agentic sessions")
-    p.add_argument("--num-prompts", type=int, default=None, help="use the first N trace records")
-    p.add_argument(
-        "--length-scale", type=float, default=1.0, help="scale trace prompt/output lengths"
-    )
+    p.add_argument("--num-prompts", type=int, default=None,
+                   help="use the first N trace records (conversations: the first N conversations)")
+    p.add_argument("--length-scale", type=float, default=None,
+                   help="scale trace lengths (default: Mooncake 1; conversations: fit the model's context)")
+    p.add_argument("--measure-start", type=float, default=0.0,
+                   help="measured window start, simulated s (requests scheduled before are not counted)")
+    p.add_argument("--measure-length", type=float, default=None,
+                   help="measured window length, simulated s (default: to the end)")
     p.add_argument(
         "--concurrency", type=int, default=None, help="max in flight (agentx: session lanes)"
     )
@@ -74,6 +100,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
+    if args.length_scale is not None and not 0 < args.length_scale <= 1:
+        p.error(f"--length-scale: must be in (0, 1], got {args.length_scale}")
     if args.request_rate is not None and (args.agentx or args.request_rate <= 0):
         p.error(
             "--request-rate: a positive rate, with --trace only (agentx load is set by --concurrency)"
@@ -81,17 +109,32 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def build_workload(args: argparse.Namespace) -> BenchWorkload:
+def conversation_spec(args: argparse.Namespace, context: int | None) -> AgentXTraceWorkload:
+    """AgentX lanes over a conversation trace, at the length scale that fits `context`."""
+    prompts, outputs = trace_lengths(read_conversations(args.trace, args.num_prompts))
+    scale = fit_length_scale(prompts, outputs, context, args.length_scale) if context else args.length_scale or 1.0
+    if args.request_rate is not None:
+        raise ContextFitError("--request-rate: conversation traces are closed loop (load = --concurrency lanes)")
+    return AgentXTraceWorkload(
+        kind="agentx-trace", trace=args.trace, limit=args.num_prompts, seed=args.seed,
+        concurrency=args.concurrency or DEFAULT_LANES, max_context=context or DEEPSEEK_V4_MAX_CONTEXT,
+        length_scale=scale, duration_s=args.duration or DEFAULT_TRACE_DURATION_S,
+        measure_start_s=args.measure_start, measure_s=args.measure_length,
+    )  # fmt: skip
+
+
+def build_workload(args: argparse.Namespace, context: int | None) -> BenchWorkload:
+    """The load to send; ValueError (ContextFitError included) when it cannot run as asked."""
+    if args.trace and trace_format(args.trace) == "conversation":
+        return BenchWorkload.from_conversations(conversation_spec(args, context))
     if args.trace:
-        return BenchWorkload.from_trace(
-            args.trace, args.num_prompts, args.length_scale, args.request_rate, args.seed
-        )
+        scale = 1.0 if args.length_scale is None else args.length_scale
+        return BenchWorkload.from_trace(args.trace, args.num_prompts, scale, args.request_rate, args.seed)
     spec = {field: getattr(args, f"agentx_{flag}") for flag, field in AGENTX_FIELDS.items()}
-    try:
-        workload = AgentXWorkload(kind="agentx", seed=args.seed, concurrency=args.concurrency or 1,
-                                  duration_s=args.duration, **spec)  # fmt: skip
-    except ValueError as exc:
-        raise SystemExit(f"rackserve bench: invalid --agentx options: {exc}") from None
+    workload = AgentXWorkload(kind="agentx", seed=args.seed, concurrency=args.concurrency or 1,
+                              duration_s=args.duration, **spec)  # fmt: skip
+    if context is not None:
+        check_agentx_fits(workload, context)
     return BenchWorkload.from_agentx(workload)
 
 
@@ -102,8 +145,15 @@ async def bench(args: argparse.Namespace, console: Console) -> dict:
         timeout=httpx.Timeout(600.0, connect=10.0), limits=limits
     ) as client:
         info = await cluster_info(client, base)
+        try:
+            workload = build_workload(args, await model_context(client, base))
+        except (ValueError, OSError) as exc:
+            raise SystemExit(f"rackserve bench: {exc}") from None
+        if isinstance(workload.source, TraceReplaySource):
+            wl = workload.source.spec
+            console.print(f"replaying {args.trace}: {wl.concurrency} lanes, length scale {wl.length_scale:.4g} "
+                          f"for a {wl.max_context:,}-token context, {wl.duration_s:g} s")  # fmt: skip
         before = await metrics_text(client, base)
-        workload = build_workload(args)
         with Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
                       TimeElapsedColumn(), console=console, disable=args.no_progress) as bar:  # fmt: skip
             task = bar.add_task("requests", total=workload.total, failed=0)
@@ -116,14 +166,18 @@ async def bench(args: argparse.Namespace, console: Console) -> dict:
             async def send(out: Outcome, prompt: list[int]) -> Outcome:
                 return await stream_completion(client, base, info["model"], out, prompt)
 
-            concurrency = args.concurrency if args.trace else None  # agentx lanes already bound it
+            lanes = args.agentx or isinstance(workload.source, TraceReplaySource)
+            concurrency = None if lanes else args.concurrency  # lanes already bound it
+            duration = workload.source.spec.duration_s if isinstance(workload.source, TraceReplaySource) else args.duration
             runner = Runner(workload, send, float(info["time_scale"]), concurrency=concurrency,
-                            duration_s=args.duration, on_done=done)  # fmt: skip
+                            duration_s=duration, on_done=done)  # fmt: skip
             run = await runner.run()
         after = await metrics_text(client, base)
+    unsent = workload.stats().overflows if workload.stats else 0
     result = summarize(run.outcomes, run.wall_duration_s, float(info["time_scale"]), model_id=info["model"],
                        request_rate=args.request_rate, max_concurrency=args.concurrency,
-                       rank_idle_pct=rank_idle_pct(before, after))  # fmt: skip
+                       rank_idle_pct=rank_idle_pct(before, after), measure_start_s=args.measure_start,
+                       measure_s=args.measure_length, unsent_overflows=unsent)  # fmt: skip
     result["interrupted"] = run.interrupted
     result["max_concurrent_requests"] = run.max_in_flight
     return result
@@ -143,13 +197,18 @@ def main(argv: list[str] | None = None) -> int:
     result = asyncio.run(bench(args, console))
     if result["interrupted"]:
         console.print("[yellow]interrupted: partial summary of the requests that finished[/yellow]")
+    if result["completed"] == 0:
+        why = Counter(result["errors"]).most_common(1)
+        console.print(f"[red]rackserve bench: none of the {result['num_prompts']} measured requests succeeded"
+                      + (f" ({why[0][1]} x {why[0][0]})" if why else "") + "; no result table[/red]")  # fmt: skip
+        return 1
     print(format_summary(result))
     if args.save_result:
         console.print(f"result: {save(result, args)}")
     if args.plot:
         for path in write_plots(result, args.plot):
             console.print(f"plot: {path}")
-    return 0 if result["failed"] == 0 else 1
+    return 0 if result["failed"] == 0 and result["valid"] else 1
 
 
 if __name__ == "__main__":

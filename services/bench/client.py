@@ -74,6 +74,16 @@ async def cluster_info(client: httpx.AsyncClient, base_url: str) -> dict:
     return info
 
 
+async def model_context(client: httpx.AsyncClient, base_url: str) -> int | None:
+    """The served model's context length: `max_model_len` of /v1/models (vLLM's field), or None."""
+    resp = await client.get(f"{base_url}/v1/models")
+    if resp.status_code != 200:
+        return None
+    cards = resp.json().get("data") or [{}]
+    value = cards[0].get("max_model_len")
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
 async def metrics_text(client: httpx.AsyncClient, base_url: str) -> str:
     resp = await client.get(f"{base_url}/metrics")
     resp.raise_for_status()

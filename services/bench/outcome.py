@@ -13,6 +13,8 @@ class Outcome:
     prompt_tokens: int
     max_tokens: int
     session: int = -1
+    warmup: bool = False  # a cache warm-up turn: left out of the figures
+    arrival_s: float = 0.0  # when the workload scheduled it (simulated s from the start)
     start: float = 0.0
     chunk_times: list[float] = field(default_factory=list)
     end: float = 0.0
@@ -21,6 +23,11 @@ class Outcome:
     success: bool = False
     error: str = ""
     server: dict = field(default_factory=dict)  # the router's `rackserve` timings (simulated s)
+
+    @property
+    def overflowed(self) -> bool:
+        """The server refused it for its length (OpenAI `context_length_exceeded`)."""
+        return "context_length_exceeded" in self.error
 
     @property
     def ttft_wall(self) -> float | None:

@@ -90,7 +90,8 @@ class Runner:
         if delay > 0:
             await asyncio.sleep(delay)
         async with self.sem if self.sem is not None else contextlib.nullcontext():
-            out = Outcome(req.req_id, req.prompt_tokens, req.output_tokens, session=req.session)
+            out = Outcome(req.req_id, req.prompt_tokens, req.output_tokens, session=req.session,
+                          warmup=req.warmup, arrival_s=req.arrival_s)  # fmt: skip
             st.in_flight += 1
             st.max_in_flight = max(st.max_in_flight, st.in_flight)
             try:

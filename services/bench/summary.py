@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from rackserve.workload.trace_replay import MAX_OVERFLOW_SHARE
 from services.bench.outcome import Outcome
 
 PERCENTILES = (90, 99)
@@ -43,11 +44,27 @@ def summarize(
     request_rate: float | None = None,
     max_concurrency: int | None = None,
     rank_idle_pct: float | None = None,
+    measure_start_s: float = 0.0,
+    measure_s: float | None = None,
+    unsent_overflows: int = 0,
 ) -> dict:
-    """The result JSON (vLLM names + rackserve extras) of a finished or interrupted run."""
-    ok = [o for o in outcomes if o.success]
+    """The result JSON (vLLM names + rackserve extras) of a finished or interrupted run.
+
+    Figures count the measured requests only: not warm-ups, and scheduled (simulated s from the
+    start) within [measure_start_s, measure_start_s + measure_s); the duration is that window's
+    part of the run. Context overflows (refused by the server, or never sent by the replay because
+    they cannot fit) are counted over every request; more than 1 % makes the run invalid (AgentX).
+    """
+    all_outcomes = outcomes
     sim = lambda s: to_sim(s, time_scale)  # noqa: E731
-    duration = sim(wall_duration_s) if wall_duration_s > 0 else 0.0
+    run_s = sim(wall_duration_s) if wall_duration_s > 0 else 0.0
+    end_s = run_s if measure_s is None else min(run_s, measure_start_s + measure_s)
+    duration = max(0.0, end_s - measure_start_s)
+    measured = [o for o in outcomes if not o.warmup and measure_start_s <= o.arrival_s < end_s + 1e-9]
+    overflows = sum(o.overflowed for o in outcomes) + unsent_overflows
+    overflow_share = overflows / (len(outcomes) + unsent_overflows) if outcomes or unsent_overflows else 0.0
+    outcomes = measured
+    ok = [o for o in outcomes if o.success]
     per_s = (lambda n: n / duration) if duration > 0 else (lambda n: 0.0)
     total_in = sum(o.prompt_tokens for o in ok)
     total_out = sum(o.output_tokens for o in ok)
@@ -89,6 +106,11 @@ def summarize(
         "cached_token_share": cached / total_in if total_in else 0.0,
         "rank_idle_pct": rank_idle_pct,
         "output_tok_per_s_per_user": per_user_speeds(ok, time_scale),
+        "warmup_requests": sum(o.warmup for o in all_outcomes),
+        "measure_window_s": [measure_start_s, end_s],
+        "context_overflows": overflows,
+        "context_overflow_share": overflow_share,
+        "valid": overflow_share <= MAX_OVERFLOW_SHARE,
     }
     result |= server_stats(ok)
     return result
@@ -127,6 +149,8 @@ def format_summary(r: dict) -> str:
             "Rank idle time (%):",
             "n/a" if r["rank_idle_pct"] is None else f"{r['rank_idle_pct']:.1f}",
         ),
+        ("Warm-up requests (not counted):", r["warmup_requests"]),
+        ("Context overflows (%):", f"{r['context_overflows']} ({100 * r['context_overflow_share']:.1f})"),
     ]
     lines = ["{s:{c}^50}".format(s=" Serving Benchmark Result ", c="=")]
     lines += [f"{k:<40}{v:<10}" for k, v in rows]
@@ -143,4 +167,7 @@ def format_summary(r: dict) -> str:
                 lines.append(f"{f'Mean {short} (ms):':<40}{r[f'server_mean_{key}_ms']:<10.2f}")
                 lines.append(f"{f'P90 {short} (ms):':<40}{r[f'server_p90_{key}_ms']:<10.2f}")
     lines.append("=" * 50)
+    if not r["valid"]:
+        lines.append(f"INVALID RUN: {100 * r['context_overflow_share']:.1f}% of requests overflowed the "
+                     f"model's context (AgentX allows {MAX_OVERFLOW_SHARE:.0%})")  # fmt: skip
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""What the benchmark sends: rackserve.workload sources turned into real token-id prompts.
+"""What the benchmark sends: rackserve.workload sources turned into real token-id prompts
+(Mooncake traces, recorded conversations replayed by the AgentX rules, AgentX-like sessions).
 
 Arrival times and think times stay in simulated seconds (the runner scales them). Prompts use byte
 token ids (0-255) synthesized from content ids, so equal trace hash ids or a session's earlier turns
@@ -16,8 +17,11 @@ from rackserve.workload.agentx import AgentXSource
 from rackserve.workload.mooncake import TRACE_BLOCK_TOKENS, TraceRecord, read_trace
 from rackserve.workload.request import Request
 from rackserve.workload.source import ArrivalSource, ListSource
-from rackserve.workload.spec import AgentXWorkload
+from rackserve.workload.spec import AgentXTraceWorkload, AgentXWorkload
 from rackserve.workload.tokens import content_id, synth_tokens
+from rackserve.workload.trace_blocks import prompt_token_ids
+from rackserve.workload.trace_file import read_conversations
+from rackserve.workload.trace_replay import ReplayStats, TraceReplaySource
 
 BYTE_VOCAB = 256  # the small model's plain byte ids; special tokens start at 256
 
@@ -84,14 +88,31 @@ class SessionPrompts:
         return list(convo)
 
 
+def replay_prompt(source: TraceReplaySource, req: Request) -> list[int]:
+    """The byte-token prompt of a replayed request in flight: its trace blocks' tokens, salted by
+    its lane replay, so the live engine's prefix cache sees the trace's real prefix reuse."""
+    ref = source.turn_ref(req.req_id)
+    toks = prompt_token_ids(ref.turn.hash_ids, ref.salt, req.prompt_tokens, source.spec.length_scale,
+                            ref.tail, BYTE_VOCAB)  # fmt: skip
+    return toks.tolist()
+
+
 class BenchWorkload:
-    """An ArrivalSource, the prompt of each of its requests, and their count when known upfront."""
+    """An ArrivalSource, the prompt of each of its requests, and their count when known upfront.
+    `stats` (trace replay only): the replay's ReplayStats (overflows that were never sent)."""
 
     def __init__(self, source: ArrivalSource, prompt_of: Callable[[Request], list[int]],
-                 total: int | None = None) -> None:  # fmt: skip
+                 total: int | None = None, stats: Callable[[], ReplayStats] | None = None) -> None:  # fmt: skip
         self.source = source
         self.prompt_of = prompt_of
         self.total = total
+        self.stats = stats
+
+    @classmethod
+    def from_conversations(cls, spec: AgentXTraceWorkload) -> BenchWorkload:
+        """AgentX lanes over recorded conversations (spec.length_scale, spec.max_context set to fit)."""
+        source = TraceReplaySource(read_conversations(spec.trace, spec.limit), spec)
+        return cls(source, lambda req: replay_prompt(source, req), stats=source.stats)
 
     @classmethod
     def from_trace(cls, path: str, limit: int | None, length_scale: float, request_rate: float | None,
