@@ -92,8 +92,9 @@ class AgentXTraceWorkload(_Spec):
     @property
     def measure_window(self) -> tuple[float, float]:
         """(start, end) in simulated seconds of the requests the figures count (by arrival)."""
-        end = self.duration_s if self.measure_s is None else self.measure_start_s + self.measure_s
-        return self.measure_start_s, min(end, self.duration_s)
+        start = min(self.measure_start_s, self.duration_s)  # a --duration override may cut it
+        end = self.duration_s if self.measure_s is None else start + self.measure_s
+        return start, min(end, self.duration_s)
 
 
 class UniformWorkload(_Spec):
