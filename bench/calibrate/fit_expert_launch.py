@@ -153,6 +153,12 @@ def launch_fit(rows: list[dict]) -> dict:
                 if r.get("impl") == "triton" and r["graph"] and r["pdl"] == pdl and r["prologue_bytes"] == 0}  # fmt: skip
         out[mode] = {"fit_gap_s": float(gap), "fit_bytes_per_s": float(1 / slope), "zero_byte_gap_s_by_grid": zero,
                      "heldout": held, "heldout_summary": summary(held)}  # fmt: skip
+    # what PDL hid beyond the smaller gap, per prologue size: (graph - PDL) - (gap graph - gap PDL)
+    by = {(r["pdl"], r["prologue_bytes"]): r["time_per_kernel_s"] for r in rows
+          if r.get("impl") == "triton" and r["graph"] and r["grid"] == FULL_WAVE}  # fmt: skip
+    gap_cut = by[(False, 0)] - by[(True, 0)]
+    out["pdl_hidden_beyond_gap_s"] = {b: by[(False, b)] - by[(True, b)] - gap_cut
+                                      for (pdl, b) in sorted(by) if not pdl and b > 0}  # fmt: skip
     eager = [r["time_per_kernel_s"] for r in rows if not r["graph"]]
     torch_graph = [
         r["time_per_kernel_s"] for r in rows if r.get("impl") == "torch.add_" and r["graph"]
@@ -254,6 +260,8 @@ def main() -> None:
         m = lf[mode]
         print(f"launch {mode:9}: zero-byte gap {m['zero_byte_gap_s_by_grid']}, fit gap {m['fit_gap_s'] * 1e6:.2f} us, "
               f"held-out median |err| {m['heldout_summary']['median_abs_pct']:.1f}% max {m['heldout_summary']['max_abs_pct']:.1f}%")  # fmt: skip
+    hidden = {k: round(v * 1e6, 2) for k, v in lf["pdl_hidden_beyond_gap_s"].items()}
+    print(f"launch PDL hid beyond the gap (us, by prologue bytes): {hidden}")
     print(
         f"launch eager median {lf['eager_launch_s']['median'] * 1e6:.1f} us; chains ordered: {lf['chains_ordered']}"
     )
