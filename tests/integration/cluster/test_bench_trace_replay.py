@@ -22,6 +22,7 @@ def test_bench_replays_agentx_lanes_with_real_prefix_hits(live_cluster, tmp_path
            "--concurrency", "2", "--duration", f"{duration_sim_s:.0f}", "--no-progress", "--save-result",
            "--result-dir", str(tmp_path), "--result-filename", "r.json"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    print(proc.stderr[-2000:], proc.stdout)  # the summary table, shown with -s
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "length scale" in proc.stderr and "4,096-token context" in proc.stderr  # fitted to /v1/models
     r = json.loads((tmp_path / "r.json").read_text())
@@ -29,3 +30,13 @@ def test_bench_replays_agentx_lanes_with_real_prefix_hits(live_cluster, tmp_path
     assert r["completed"] >= 2, proc.stdout
     assert r["total_cached_input_tokens"] > 0 and r["cached_token_share"] > 0.3  # real engine prefix hits
     assert max(r["input_lens"]) <= 4096
+
+
+def test_agentx_sessions_too_long_for_the_model_are_refused_before_sending(live_cluster):
+    """The old failure: 10.8k-token prompts on a 4,096-token model, 105 HTTP 400s and a table of zeros."""
+    cmd = [sys.executable, "-m", "services.bench", "--url", live_cluster.base_url, "--agentx",
+           "--concurrency", "8", "--duration", "30", "--no-progress"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "first prompt is 10,800 tokens" in proc.stderr and "4,096-token context" in proc.stderr
+    assert "Serving Benchmark Result" not in proc.stdout
