@@ -42,8 +42,9 @@ from services.topology import instances
 class RouterService(router_pb2_grpc.RouterServicer):
     """gRPC face of the same RouterCore the front door uses."""
 
-    def __init__(self, core: RouterCore) -> None:
+    def __init__(self, core: RouterCore, booking_ttl_s: float) -> None:
         self.core = core
+        self.booking_ttl_s = booking_ttl_s  # a booking the caller never releases lapses then
 
     async def Route(
         self, request: router_pb2.RouteRequest, context: grpc.aio.ServicerContext
@@ -51,14 +52,23 @@ class RouterService(router_pb2_grpc.RouterServicer):
         if not request.token_ids:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "token_ids: must not be empty")
         route = self.core.route(
-            request.request_id, list(request.token_ids), list(request.block_hashes)
+            request.request_id,
+            list(request.token_ids),
+            list(request.block_hashes),
+            request.max_tokens,
         )
+        asyncio.get_running_loop().call_later(self.booking_ttl_s, self.core.release, route)
         return router_pb2.RouteDecision(
             prefill=router_pb2.RankTarget(instance=route.prefill_instance, rank=route.prefill_rank),
             decode=router_pb2.RankTarget(instance=route.decode_instance, rank=route.decode_rank),
             predicted_hit_tokens=route.predicted_hit_tokens,
             policy=route.policy,
         )
+
+    async def Release(
+        self, request: router_pb2.ReleaseRouteRequest, context: grpc.aio.ServicerContext
+    ) -> router_pb2.ReleaseRouteReply:
+        return router_pb2.ReleaseRouteReply(released=self.core.release_id(request.request_id))
 
     async def Health(
         self, request: router_pb2.RouterHealthRequest, context: grpc.aio.ServicerContext
@@ -150,7 +160,7 @@ async def serve(args: argparse.Namespace) -> None:
         merge_metrics=workers.merged_with,
     )
     grpc_server = grpc.aio.server(options=SERVER_OPTIONS)
-    router_pb2_grpc.add_RouterServicer_to_server(RouterService(core), grpc_server)
+    router_pb2_grpc.add_RouterServicer_to_server(RouterService(core, cfg.cluster.worker_timeout_s), grpc_server)
     grpc_server.add_insecure_port(f"{args.host}:{args.grpc_port}")
     await grpc_server.start()
     stop = threading.Event()

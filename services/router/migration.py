@@ -17,13 +17,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import fields, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 
-if TYPE_CHECKING:
-    from services.router.orchestrator import Orchestrator, Sampling, Trip
-    from services.router.router_core import Route
+from services.router.router_core import Route, RouterCore
+from services.router.trip import Sampling, Trip
+
+
+class Orchestrator(Protocol):
+    """What migration needs of services/router/orchestrator.py (which imports this module)."""
+
+    router: RouterCore
+
+    def generate(self, trip: Trip, prompt: list[int], sampling: Sampling) -> AsyncIterator[list[int]]: ...
 
 MAX_MIGRATIONS = 3  # per request; a request failing on more ranks than this gets the error
 QUARANTINE_S = 5.0  # a failed rank is routed to again after this (Ray restarts its actor)
@@ -69,8 +76,6 @@ async def reroute_prefill(
     """The prefill rank failed before any token was sent: run the request again elsewhere. The
     `waited_s` (simulated) spent on the failed rank counts as queueing: it is in ttft_s and in
     every token's time, as the client saw it."""
-    from services.router.orchestrator import Trip
-
     quarantine(orch, failed.prefill_instance, failed.prefill_rank)
     sub = Trip(f"{trip.request_id}{SUFFIX}", len(prompt))
     async for tokens in orch.generate(sub, prompt, sampling):
@@ -95,8 +100,6 @@ async def migrate(
 
     A hung rank (no chunk within the deadline) stalls its whole instance (its steps are
     lockstep), so every rank of that instance is quarantined; a failed one only itself."""
-    from services.router.orchestrator import Trip
-
     ranks = orch.router.ranks_of(failed.decode_instance) if hung else [failed.decode_rank]
     for rank in ranks:
         quarantine(orch, failed.decode_instance, rank)

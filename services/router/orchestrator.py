@@ -1,7 +1,8 @@
 """One request's trip through the cluster: route, prefill on a DP rank, decode with streaming.
 
 The front door calls `Orchestrator.generate`, which yields token lists as the decode rank streams
-them and fills a `Trip` with where the request went and its simulated latencies.
+them and fills a `Trip` (services/router/trip.py) with where the request went and its simulated
+latencies.
 """
 
 from __future__ import annotations
@@ -9,63 +10,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
 import grpc
 
 from rackserve.kv.block_hash import block_hashes
 from services._proto import decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
 from services.router import migration
-from services.router.router_core import RouterCore
+from services.router.router_core import Route, RouterCore
+from services.router.trip import Sampling, Trip
 
-
-@dataclass(frozen=True)
-class Sampling:
-    max_tokens: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    ignore_eos: bool = False
-
-
-@dataclass
-class Trip:
-    """Where a request went and its latencies in simulated seconds (filled while it runs)."""
-
-    request_id: str
-    prompt_tokens: int
-    prefill: str = ""
-    decode: str = ""
-    predicted_hit_tokens: int = 0
-    local_hit_tokens: int = 0
-    pool_hit_tokens: int = 0
-    queue_s: float = 0.0
-    prefill_s: float = 0.0
-    kv_transfer_s: float = 0.0
-    first_decode_s: float = 0.0
-    decode_s: float = 0.0  # sim time from joining the decode rank to the last token
-    pacing_lag_s: float = 0.0
-    completion_tokens: int = 0
-    finish_reason: str = ""
-    token_times_s: list[float] = field(default_factory=list)  # sim time of each token from arrival
-    output_ids: list[int] = field(default_factory=list)
-
-    @property
-    def cached_tokens(self) -> int:
-        return self.local_hit_tokens + self.pool_hit_tokens
-
-    @property
-    def ttft_s(self) -> float:
-        return self.queue_s + self.prefill_s + self.kv_transfer_s + self.first_decode_s
-
-    @property
-    def e2e_s(self) -> float:
-        return self.token_times_s[-1] if self.token_times_s else self.ttft_s
-
-    @property
-    def tpot_s(self) -> float:
-        n = len(self.token_times_s)
-        return (self.e2e_s - self.ttft_s) / (n - 1) if n > 1 else 0.0
+__all__ = ["Orchestrator", "Sampling", "Trip"]
 
 
 class Orchestrator:
@@ -100,9 +54,19 @@ class Orchestrator:
     async def generate(
         self, trip: Trip, prompt: list[int], sampling: Sampling
     ) -> AsyncIterator[list[int]]:
-        """Yield the generated tokens chunk by chunk; `trip` holds the accounting at the end."""
+        """Yield the generated tokens chunk by chunk; `trip` holds the accounting at the end.
+        The request's load is booked on both its ranks at the routing decision (RouterCore)."""
         hashes = block_hashes(prompt, self.block_size, self.model_id)
-        decision = self.router.route(trip.request_id, prompt, hashes)
+        decision = self.router.route(trip.request_id, prompt, hashes, sampling.max_tokens)
+        try:
+            async for tokens in self._serve(trip, prompt, sampling, decision):
+                yield tokens
+        finally:
+            self.router.release(decision)
+
+    async def _serve(
+        self, trip: Trip, prompt: list[int], sampling: Sampling, decision: Route
+    ) -> AsyncIterator[list[int]]:
         trip.prefill = f"{decision.prefill_instance}/{decision.prefill_rank}"
         trip.decode = f"{decision.decode_instance}/{decision.decode_rank}"
         trip.predicted_hit_tokens = decision.predicted_hit_tokens
@@ -114,23 +78,9 @@ class Orchestrator:
             ignore_eos=sampling.ignore_eos,
         )
         sent_at = time.monotonic()
-        with self.router.prefill_in_flight(decision, len(prompt)):
-            try:
-                reply = await self._prefill.Prefill(
-                    prefill_pb2.PrefillRequest(
-                        request_id=trip.request_id,
-                        instance=decision.prefill_instance,
-                        dp_rank=decision.prefill_rank,
-                        token_ids=prompt,
-                        sampling=params,
-                    ),
-                    timeout=self.worker_timeout_s,
-                )
-            except grpc.aio.AioRpcError as exc:  # the prefill rank failed: route elsewhere
-                if not migration.should_migrate(exc, trip.request_id):
-                    raise
-                reply = None
+        reply = await self._prefill_call(trip, prompt, params, decision)
         if reply is None:
+            self.router.release(decision)  # the new route books its own ranks
             waited_s = migration.sim_wait_s(time.monotonic() - sent_at, self.time_scale)
             async for tokens in migration.reroute_prefill(
                 self, trip, prompt, sampling, decision, waited_s
@@ -156,25 +106,48 @@ class Orchestrator:
             sampling=params,
         )
         failed = hung = False
-        with self.router.decode_in_flight(decision, len(prompt) + sampling.max_tokens):
-            call = self._decode.Generate(request)
-            try:
-                while (chunk := await self._next_chunk(call)) is not grpc.aio.EOF:
-                    self._account_chunk(trip, chunk)
-                    yield list(chunk.token_ids)
-            except grpc.aio.AioRpcError as exc:  # the decode rank failed: continue elsewhere
-                if not migration.should_migrate(exc, trip.request_id):
-                    raise
-                failed = True
-            except TimeoutError:  # the decode rank hangs: cancel, continue elsewhere
-                if not migration.within_budget(trip.request_id):
-                    raise
-                failed = hung = True
-            finally:
-                call.cancel()
+        call = self._decode.Generate(request)
+        try:
+            while (chunk := await self._next_chunk(call)) is not grpc.aio.EOF:
+                self._account_chunk(trip, chunk)
+                yield list(chunk.token_ids)
+        except grpc.aio.AioRpcError as exc:  # the decode rank failed: continue elsewhere
+            if not migration.should_migrate(exc, trip.request_id):
+                raise
+            failed = True
+        except TimeoutError:  # the decode rank hangs: cancel, continue elsewhere
+            if not migration.within_budget(trip.request_id):
+                raise
+            failed = hung = True
+        finally:
+            call.cancel()
         if failed:
+            self.router.release(decision)
             async for tokens in migration.migrate(self, trip, prompt, sampling, decision, hung):
                 yield tokens
+
+    async def _prefill_call(
+        self, trip: Trip, prompt: list[int], params: prefill_pb2.SamplingParams, decision: Route
+    ) -> prefill_pb2.PrefillReply | None:
+        """The prefill rank's reply, or None when it failed and the request may go elsewhere;
+        its booked prefill load is released either way."""
+        try:
+            return await self._prefill.Prefill(
+                prefill_pb2.PrefillRequest(
+                    request_id=trip.request_id,
+                    instance=decision.prefill_instance,
+                    dp_rank=decision.prefill_rank,
+                    token_ids=prompt,
+                    sampling=params,
+                ),
+                timeout=self.worker_timeout_s,
+            )
+        except grpc.aio.AioRpcError as exc:  # the prefill rank failed: route elsewhere
+            if not migration.should_migrate(exc, trip.request_id):
+                raise
+            return None
+        finally:
+            self.router.release(decision, ("prefill",))
 
     async def _next_chunk(self, call: grpc.aio.UnaryStreamCall) -> decode_pb2.TokenChunk:
         """The stream's next chunk or EOF; TimeoutError after `decode_chunk_timeout_s` of silence."""

@@ -1,17 +1,17 @@
 """The router's state and decisions: per-rank load it tracks itself, the KV index, the policy.
 
-Load is accounted here as Dynamo's router does: work is added when a request is sent to a rank
-and removed when the rank answers, so no polling is needed. The prefill rank is chosen by the
-configured policy through rackserve.routing.Router (the same code the simulator runs), which also
-places the decode rank (fewest active KV blocks).
+Load is accounted here as Dynamo's router does, and as the simulator books it: a request's work
+is booked on its prefill and decode ranks at the routing decision, under the same lock, so a burst
+of concurrent requests sees each other's load; the prefill part is released when the prefill rank
+answers, the decode part when the stream ends. No polling is needed. The prefill rank is chosen by
+the configured policy through rackserve.routing.Router (the same code the simulator runs), which
+also places the decode rank (fewest active KV blocks).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from rackserve.kv.events import KVEvent
@@ -23,6 +23,15 @@ from services.topology import InstanceSpec
 
 
 @dataclass(frozen=True)
+class Booking:
+    """The load a routing decision books on its ranks until the request is done with them."""
+
+    queued_tokens: int  # uncached prompt tokens on the prefill rank
+    queued_work_s: float  # their prefill work (from the cost model)
+    decode_blocks: int  # KV blocks of prompt + max_tokens on the decode rank
+
+
+@dataclass(frozen=True)
 class Route:
     request_id: str
     prefill_instance: str
@@ -31,6 +40,10 @@ class Route:
     decode_rank: int
     predicted_hit_tokens: int
     policy: str
+    booking: Booking = Booking(0, 0.0, 0)
+
+
+PARTS = ("prefill", "decode")
 
 
 class RouterCore:
@@ -52,6 +65,7 @@ class RouterCore:
         self._lock = threading.Lock()
         self._down: dict[tuple[str, int], set[str]] = {}  # why a rank is out of routing
         self._ranks: dict[tuple[str, int], RankState] = {}
+        self._held: dict[str, tuple[Route, set[str]]] = {}  # request id -> its booked parts
         for spec in [*prefill, *decode]:
             for r in range(spec.dp_ranks):
                 self._ranks[(spec.name, r)] = RankState(spec.name, r, spec.layout, spec.role)
@@ -64,26 +78,75 @@ class RouterCore:
         with self._lock:
             return ClusterView(tuple(self._ranks.values()))
 
-    def route(self, request_id: str, prompt: list[int], hashes: list[int]) -> Route:
+    def route(self, request_id: str, prompt: list[int], hashes: list[int], max_tokens: int = 0) -> Route:
+        """Decide where `request_id` runs and book its load there at once (see `release`); a
+        request id routed again keeps only its newest booking."""
         request = RequestView(tuple(hashes), len(prompt), self.block_size, request_id)
         started = time.perf_counter()
         with self._lock:  # the index is fed from the KV-event thread
+            self._release_locked(request_id, PARTS)
             decision = self.router.route(request, ClusterView(tuple(self._ranks.values())))
-        if decision.decode_instance is None or decision.decode_dp_rank is None:
-            raise NoRankAvailable("cluster: no decode rank")
+            if decision.decode_instance is None or decision.decode_dp_rank is None:
+                raise NoRankAvailable("cluster: no decode rank")
+            route = Route(
+                request_id,
+                decision.instance,
+                decision.dp_rank,
+                decision.decode_instance,
+                decision.decode_dp_rank,
+                decision.predicted.total,
+                decision.policy,
+            )
+            route = replace(route, booking=self._booking(route, len(prompt), max_tokens))
+            self._book_locked(route)
         m = self.metrics.router
         m.decision_latency.labels(policy=decision.policy).observe(time.perf_counter() - started)
         rank = RankKey(decision.instance, decision.dp_rank, "prefill")
         m.decisions.labels(policy=decision.policy, **rank.labels()).inc()
-        return Route(
-            request_id,
-            decision.instance,
-            decision.dp_rank,
-            decision.decode_instance,
-            decision.decode_dp_rank,
-            decision.predicted.total,
-            decision.policy,
-        )
+        return route
+
+    def _booking(self, route: Route, prompt_tokens: int, max_tokens: int) -> Booking:
+        queued = max(0, prompt_tokens - route.predicted_hit_tokens)
+        work = self._work_s((route.prefill_instance, route.prefill_rank), queued, route.predicted_hit_tokens)
+        return Booking(queued, work, -(-(prompt_tokens + max_tokens) // self.block_size))
+
+    def _book_locked(self, route: Route) -> None:
+        b = route.booking
+        self._adjust_locked((route.prefill_instance, route.prefill_rank), queued_tokens=b.queued_tokens,
+                            queued_work_s=b.queued_work_s, running_seqs=1)
+        self._adjust_locked((route.decode_instance, route.decode_rank), running_seqs=1,
+                            active_decode_blocks=b.decode_blocks)
+        self._held[route.request_id] = (route, set(PARTS))
+
+    def release(self, route: Route, parts: tuple[str, ...] = PARTS) -> None:
+        """The request is done with its prefill rank ("prefill"), its decode rank ("decode") or
+        both: their booked load goes. Idempotent; a newer booking of the same id is left alone."""
+        with self._lock:
+            held = self._held.get(route.request_id)
+            if held is not None and held[0] is route:
+                self._release_locked(route.request_id, parts)
+
+    def release_id(self, request_id: str) -> bool:
+        """Release whatever `request_id` holds (the gRPC Release call). False if it held nothing."""
+        with self._lock:
+            return self._release_locked(request_id, PARTS)
+
+    def _release_locked(self, request_id: str, parts: tuple[str, ...]) -> bool:
+        held = self._held.get(request_id)
+        if held is None:
+            return False
+        route, left = held
+        b = route.booking
+        if "prefill" in parts and "prefill" in left:
+            self._adjust_locked((route.prefill_instance, route.prefill_rank), queued_tokens=-b.queued_tokens,
+                                queued_work_s=-b.queued_work_s, running_seqs=-1)
+        if "decode" in parts and "decode" in left:
+            self._adjust_locked((route.decode_instance, route.decode_rank), running_seqs=-1,
+                                active_decode_blocks=-b.decode_blocks)
+        left.difference_update(parts)
+        if not left:
+            del self._held[request_id]
+        return True
 
     def apply_events(self, events: list[KVEvent], new_gaps: int = 0) -> None:
         with self._lock:
@@ -156,35 +219,12 @@ class RouterCore:
         """The DP ranks of `instance` known to routing."""
         return sorted(rank for name, rank in self._ranks if name == instance)
 
-    def _adjust(self, key: tuple[str, int], **delta: float) -> None:
-        with self._lock:
-            state = self._ranks[key]
-            changes = {name: getattr(state, name) + d for name, d in delta.items()}
-            self._ranks[key] = replace(state, **changes)
+    def _adjust_locked(self, key: tuple[str, int], **delta: float) -> None:
+        state = self._ranks[key]
+        changes = {name: getattr(state, name) + d for name, d in delta.items()}
+        self._ranks[key] = replace(state, **changes)
 
     def _work_s(self, key: tuple[str, int], uncached: int, cached: int) -> float:
         if self.cost is None:
             return 0.0
         return self.cost.prefill_estimate_s(self._ranks[key].layout, uncached, cached)
-
-    @contextmanager
-    def prefill_in_flight(self, route: Route, prompt_tokens: int) -> Iterator[None]:
-        """Counts the prompt's uncached tokens (and their work) as queued on the prefill rank."""
-        key = (route.prefill_instance, route.prefill_rank)
-        queued = max(0, prompt_tokens - route.predicted_hit_tokens)
-        work = self._work_s(key, queued, route.predicted_hit_tokens)
-        self._adjust(key, queued_tokens=queued, queued_work_s=work, running_seqs=1)
-        try:
-            yield
-        finally:
-            self._adjust(key, queued_tokens=-queued, queued_work_s=-work, running_seqs=-1)
-
-    @contextmanager
-    def decode_in_flight(self, route: Route, max_context: int) -> Iterator[None]:
-        key = (route.decode_instance, route.decode_rank)
-        blocks = -(-max_context // self.block_size)
-        self._adjust(key, running_seqs=1, active_decode_blocks=blocks)
-        try:
-            yield
-        finally:
-            self._adjust(key, running_seqs=-1, active_decode_blocks=-blocks)

@@ -49,6 +49,10 @@ def test_route_predicts_the_hit_after_a_prompt_was_served(live_cluster) -> None:
     full_blocks = (len(prompt) - 1) // 16
     assert warm.predicted_hit_tokens == 16 * full_blocks
     assert f"{warm.prefill.instance}/{warm.prefill.rank}" == served["rackserve"]["prefill"]
+    with grpc.insecure_channel(address) as channel:  # the probe's booking goes: the ranks idle again
+        stub = router_pb2_grpc.RouterStub(channel)
+        assert stub.Release(router_pb2.ReleaseRouteRequest(request_id="probe")).released
+        assert not stub.Release(router_pb2.ReleaseRouteRequest(request_id="probe")).released
 
 
 def test_route_rejects_an_empty_prompt(live_cluster) -> None:

@@ -1,0 +1,54 @@
+"""One request's sampling settings and its trip record: where it went, its simulated latencies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    ignore_eos: bool = False
+
+
+@dataclass
+class Trip:
+    """Where a request went and its latencies in simulated seconds (filled while it runs)."""
+
+    request_id: str
+    prompt_tokens: int
+    prefill: str = ""
+    decode: str = ""
+    predicted_hit_tokens: int = 0
+    local_hit_tokens: int = 0
+    pool_hit_tokens: int = 0
+    queue_s: float = 0.0
+    prefill_s: float = 0.0
+    kv_transfer_s: float = 0.0
+    first_decode_s: float = 0.0
+    decode_s: float = 0.0  # sim time from joining the decode rank to the last token
+    pacing_lag_s: float = 0.0
+    completion_tokens: int = 0
+    finish_reason: str = ""
+    token_times_s: list[float] = field(default_factory=list)  # sim time of each token from arrival
+    output_ids: list[int] = field(default_factory=list)
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.local_hit_tokens + self.pool_hit_tokens
+
+    @property
+    def ttft_s(self) -> float:
+        return self.queue_s + self.prefill_s + self.kv_transfer_s + self.first_decode_s
+
+    @property
+    def e2e_s(self) -> float:
+        return self.token_times_s[-1] if self.token_times_s else self.ttft_s
+
+    @property
+    def tpot_s(self) -> float:
+        n = len(self.token_times_s)
+        return (self.e2e_s - self.ttft_s) / (n - 1) if n > 1 else 0.0
