@@ -63,6 +63,7 @@ class PrefixIndex:
         self._pool_any = PrefixClosure()  # union of every pool holder
         self._pool_hbm = PrefixClosure()  # union of the spare-HBM pool holders
         self._parent: dict[int, int | None] = {}  # hash -> parent hash, while anyone holds it
+        self._unknown: set[int] = set()  # held hashes whose parent is UNKNOWN_PARENT (a snapshot's)
         self._orphans = 0  # over every closure: 0 = binary-search lookups are exact
         self._stale: set[HolderKey] = set()
         self._stale_bits = 0
@@ -273,6 +274,8 @@ class PrefixIndex:
 
     def _store(self, bit: int, hashes: Sequence[int], parents: Sequence[int | None]) -> None:
         # Per-block work runs in C (map / compress / dict.update): one store per KV event.
+        if self._unknown and not self._unknown.isdisjoint(hashes):
+            self._learn_parents(hashes, parents)
         content, flag, closure = self._contents[bit], 1 << bit, self._closures[bit]
         if content.isdisjoint(hashes):
             blocks, given = list(hashes), list(parents)
@@ -283,6 +286,8 @@ class PrefixIndex:
                 return
         content.update(blocks)
         kept = list(map(self._parent.setdefault, blocks, given))  # the first-known parent stays
+        if UNKNOWN_PARENT in kept:
+            self._unknown.update(b for b, k in zip(blocks, kept, strict=True) if k == UNKNOWN_PARENT)
         if closure is None:
             self._pool_add(blocks, kept, flag)
             return
@@ -313,6 +318,25 @@ class PrefixIndex:
         for h in blocks:
             if h not in rank and h not in pool:
                 del parent_of[h]
+                self._unknown.discard(h)
+
+    def _learn_parents(self, hashes: Sequence[int], parents: Sequence[int | None]) -> None:
+        """An event names the parent of blocks held with an unknown one (from a snapshot): every
+        holder takes the block out and back in with its parent, so its closure counts it right
+        (the unknown parent no longer marks it an orphan forever)."""
+        for h, parent in zip(hashes, parents, strict=True):
+            if h not in self._unknown or parent == UNKNOWN_PARENT:
+                continue
+            bits = self._rank.get(h, 0) | self._pool_mask.get(h, 0)
+            holders = [b for b in range(bits.bit_length()) if bits >> b & 1]
+            for b in holders:
+                self._remove(b, (h,))
+            self._parent[h] = parent
+            self._unknown.discard(h)
+            for b in holders:
+                self._store(b, (h,), (parent,))
+            if not holders:
+                del self._parent[h]
 
     def _pool_add(self, blocks: list[int], parents: list[int | None], flag: int) -> None:
         """Set one pool holder's bit on `blocks` (new to it): unions' closures, tier flags."""

@@ -7,8 +7,10 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rackserve.kv.block_cache import BlockCache
 from rackserve.kv.block_hash import block_hashes
 from rackserve.kv.events import EventSequencer, KVEvent, Publisher
+from rackserve.kv.pool_tiers import BlockPut, PoolLimits, PoolTiers
 from rackserve.routing import PrefixHit, PrefixIndex
 
 BS = 16
@@ -295,3 +297,58 @@ def test_a_hole_or_an_unknown_parent_leaves_the_search_path():
     idx.resync(C, "rank_hbm", CHAIN2[:6], seq=0, parent_hashes=[None, *CHAIN2[:5]])
     assert idx.prefix_closed
     assert _hit(idx, C, CHAIN2) == PrefixHit(6 * BS, 0, 0)
+
+
+def test_an_unknown_parent_is_learned_when_an_event_names_it():
+    """A snapshot without parents marks its blocks' parents unknown (the exact walk); once any
+    holder's stored event names those parents, the index is prefix-closed again (it used to keep
+    the unknown parent, and the slow path, for as long as the block was held)."""
+    idx, seqs = _loaded()
+    idx.resync(C, "rank_hbm", CHAIN2[:6], seq=0)  # parents unknown
+    assert not idx.prefix_closed
+    idx.apply(seqs[B].make("stored", "rank_hbm", tuple(CHAIN2[2:6]), CHAIN2[1]))
+    assert idx.prefix_closed
+    assert _hit(idx, C, CHAIN2) == PrefixHit(6 * BS, 0, 0)
+    assert _hit(idx, B, CHAIN2) == PrefixHit(6 * BS, 0, 0)
+
+
+def _real_eviction_stream(seed: int, n: int) -> list[KVEvent]:
+    """Events as the real caches publish them: random puts and lookups of chain prefixes on a
+    small PoolTiers, random requests on a small BlockCache; their eviction order is whatever the
+    code does (prefix-closed, rackserve/kv), not a model of it."""
+    rng = random.Random(seed)
+    pool = PoolTiers(PoolLimits(4 * 100, 3 * 100, 10**6, 0.9, 0.5, 2.0), publisher=POOL)
+    cache = BlockCache(5, BS, publisher=A)
+    out: list[KVEvent] = []
+    for t in range(n):
+        chain = rng.choice([CHAIN, CHAIN2])[: rng.randrange(1, 9)]
+        if rng.random() < 0.5:
+            if rng.random() < 0.6:
+                pool.store([BlockPut(h, 100) for h in chain], "w", float(t))
+            else:
+                pool.lookup(chain[rng.randrange(len(chain)) :], float(t), lease=rng.random() < 0.3)
+            out += pool.drain()[0]
+            continue
+        tokens = [[h % 1000] * BS for h in chain]  # any tokens, the same for a hash
+        hit = cache.match_prefix(chain, tokens)
+        cache.acquire(hit)
+        need = len(chain) - len(hit)
+        if need <= cache.num_free:
+            blocks = hit + cache.allocate(need)
+            for i in range(len(hit), len(chain)):
+                cache.commit(blocks[i], chain[i], tokens[i], chain[i - 1] if i else None)
+            cache.release(blocks)
+        else:
+            cache.release(hit)
+        out += cache.drain_events()
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 80), prompt_blocks=st.integers(1, 10))
+def test_streams_of_the_real_caches_are_prefix_closed_and_agree(seed, n, prompt_blocks):
+    events = _real_eviction_stream(seed, n)
+    idx = PrefixIndex()
+    idx.apply_all(events)
+    assert idx.prefix_closed  # the caches' eviction keeps the search path exact
+    _check(idx, events, prompt_blocks)
