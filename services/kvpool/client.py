@@ -30,12 +30,14 @@ _DEGRADED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 @dataclass(frozen=True)
 class PutResult:
-    """`stored`: in the pool now (written by us, or already there / being written by another
-    writer). `failed`: not stored (no space, Redis or pool failure): recompute these next time."""
+    """`stored`: committed in the pool now (written by us, or already there). `pending`: being
+    written by another writer, not readable yet (not counted as stored). `failed`: not stored
+    (no space, Redis or pool failure): recompute these next time."""
 
     stored: tuple[int, ...]
     written: tuple[int, ...]
     failed: tuple[int, ...]
+    pending: tuple[int, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -94,19 +96,20 @@ class PoolClient:
         if reply is None:
             return PutResult((), (), tuple(hashes))
         todo = [i for i, s in enumerate(reply.statuses) if s == pb.PUT_RESERVED]
-        there = [hashes[i] for i, s in enumerate(reply.statuses) if s in (pb.PUT_EXISTS, pb.PUT_PENDING)]
+        there = [hashes[i] for i, s in enumerate(reply.statuses) if s == pb.PUT_EXISTS]
+        pending = tuple(hashes[i] for i, s in enumerate(reply.statuses) if s == pb.PUT_PENDING)
         refused = [hashes[i] for i, s in enumerate(reply.statuses) if s == pb.PUT_NO_SPACE]
         if not todo:
-            return PutResult(tuple(there), (), tuple(refused))
+            return PutResult(tuple(there), (), tuple(refused), pending)
         written = self._write([hashes[i] for i in todo], [values[i] for i in todo])
         if not written:
             self._call(self._stub.BatchPutAbort, pb.AbortRequest(txn=reply.txn))
-            return PutResult(tuple(there), (), tuple(refused + [hashes[i] for i in todo]))
+            return PutResult(tuple(there), (), tuple(refused + [hashes[i] for i in todo]), pending)
         commit = self._call(self._stub.BatchPutCommit, pb.CommitRequest(txn=reply.txn, written=written))
         committed = set(commit.committed) if commit is not None else set()
         lost = [h for h in written if h not in committed]
         return PutResult(tuple(there + [h for h in written if h in committed]),
-                         tuple(h for h in written if h in committed), tuple(refused + lost))
+                         tuple(h for h in written if h in committed), tuple(refused + lost), pending)
 
     def _write(self, hashes: list[int], values: list[bytes]) -> list[int]:
         pipe = self.redis.pipeline(transaction=False)

@@ -62,7 +62,8 @@ def test_two_phase_put_is_invisible_until_commit(make_pool, redis_client):
         redis_client.set(block_key(client.key_prefix, h), b"0123456789")
     assert client.match_prefix(hashes).count == 0
     assert client.get(hashes).hits == 0
-    assert client.put(hashes, [b"x" * 10] * 3).written == ()  # pending: another writer holds them
+    pending = client.put(hashes, [b"x" * 10] * 3)  # another writer holds them: not readable yet
+    assert pending.written == () and pending.stored == () and pending.pending == tuple(hashes)
     stub.BatchPutCommit(pb.CommitRequest(txn=reply.txn, written=hashes))
     assert client.match_prefix(hashes).count == 3
     assert client.get(hashes).values == (b"0123456789",) * 3
@@ -167,7 +168,10 @@ def test_concurrent_writers_of_the_same_block_do_not_corrupt_it(make_pool):
         t.start()
     for t in threads:
         t.join()
-    assert all(r.ok and set(r.stored) == set(hashes) for r in results)
+    # a block another writer was still writing is pending for this one, not stored
+    assert all(r.ok and set(r.stored) | set(r.pending) == set(hashes) for r in results)
+    assert all(set(r.stored).isdisjoint(r.pending) for r in results)
+    assert client.match_prefix(hashes).count == len(hashes)
     written = [h for r in results for h in r.written]
     assert sorted(written) == sorted(hashes)  # each block written by exactly one writer
     got = client.get(hashes).values
