@@ -36,6 +36,12 @@ class TimingModel:
         self.requested_optimizations = optimizations
         # switches the hardware cannot run are dropped here (skipped_switches says why)
         self.optimizations, self.skipped_switches = optimizations.applicable(hardware)
+        if self.optimizations.mtp and model.mtp is None:
+            self.optimizations = self.optimizations.with_switch("mtp", False)
+            self.skipped_switches = {
+                **self.skipped_switches,
+                "mtp": f"{model.name} has no draft layers",
+            }
         self.block_tokens = block_tokens
         self.speculation: Speculation | None = (
             speculation(model) if self.optimizations.mtp else None

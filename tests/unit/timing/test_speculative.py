@@ -71,7 +71,9 @@ def test_draft_model_has_the_reference_shape():
     draft = draft_model(load_model("deepseek-v4.1-flash"))
     assert (draft.layers, draft.moe.experts, draft.moe.top_k) == (3, 128, 3)
     assert draft.engram is None and draft.mtp is None and draft.prefill.full_layers == 3
-    assert TimingModel.create(model="deepseek-v3").speculation is None  # no draft layers in spec
+    v3 = TimingModel.create(model="deepseek-v3")  # no draft layers in its spec
+    assert v3.speculation is None and "draft layers" in v3.skipped_switches["mtp"]
+    assert not v3.optimizations.mtp
 
 
 def test_acceptance_rates_must_match_the_drafts():
