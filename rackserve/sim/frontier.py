@@ -28,19 +28,19 @@ def pareto(points: Sequence[dict], x: str = "user_tps_p50") -> list[dict]:
 
 
 def throughput_at(frontier: Sequence[dict], target: float, x: str = "user_tps_p50") -> float | None:
-    """Throughput/GPU of a frontier at interactivity `target`, interpolated linearly between its two
-    neighbours; None when the frontier does not reach `target` (every point slower, or faster ones
-    only: no point at or beyond it to interpolate from). A point exactly at `target` is returned."""
+    """Best throughput/GPU of a frontier with interactivity at least `target`: interpolated linearly
+    between the two neighbours around `target`; the frontier's slowest point (its peak) when every
+    point is faster than `target`; None when no point reaches `target`."""
     pts = sorted(frontier, key=lambda p: p[x])
-    if not pts or target > pts[-1][x] or target < pts[0][x]:
+    if not pts or target > pts[-1][x]:
         return None
+    if target <= pts[0][x]:
+        return pts[0]["throughput_per_gpu"]
     for lo, hi in zip(pts, pts[1:], strict=False):
         if lo[x] <= target <= hi[x]:
-            if hi[x] == lo[x]:
-                return max(lo["throughput_per_gpu"], hi["throughput_per_gpu"])
             t = (target - lo[x]) / (hi[x] - lo[x])
             return lo["throughput_per_gpu"] + t * (hi["throughput_per_gpu"] - lo["throughput_per_gpu"])
-    return pts[0]["throughput_per_gpu"]  # a single point exactly at target
+    raise AssertionError("unreachable: target lies inside the frontier's range")
 
 
 def first_grid(low: int, high: int, factor: int = 4) -> list[int]:
