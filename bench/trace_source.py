@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVICE_S, PER_TOKEN_S = 2.0, 0.02  # the stand-in service time of one request
 
 
-def _fresh_ids(prev, hash_ids, salt, prompt_tokens, block_tokens=64, scale=1.0, tail=0) -> BlockIds:
+def _fresh_ids(prev, hash_ids, salt, prompt_tokens, block_tokens=64, scale=1.0, tail=0, common=None) -> BlockIds:
     """The first version: no reuse of the predecessor's ids."""
     ids = block_ids(hash_ids, salt, prompt_tokens, block_tokens, scale, tail)
     return BlockIds(hash_ids, ids, tuple(ids.tolist()))

@@ -28,6 +28,7 @@ class Turn:
     output_tokens: int
     hash_ids: np.ndarray = field(repr=False)  # uint64, one per full 64-token block
     idle_before_s: float
+    shared_ids: int = 0  # leading hash ids equal to its agent's previous turn's (0 for the first)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,13 @@ class Conversation:
         return out
 
 
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the common leading run of two id arrays."""
+    n = min(a.size, b.size)
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if differ.size else n
+
+
 def _number(obj: dict, name: str, where: str, minimum: float = 0.0) -> float:
     value = obj.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
@@ -111,7 +119,7 @@ def _hash_ids(obj: dict, n_in: int, block_tokens: int, where: str) -> np.ndarray
     return arr.astype(np.uint64)
 
 
-def _turn(obj: Any, prev_t: float | None, idle_after: float | None, block_tokens: int, where: str) -> Turn:
+def _turn(obj: Any, prev: Turn | None, idle_after: float | None, block_tokens: int, where: str) -> Turn:
     """`idle_after`: when the turn follows a join, the recorded idle after it (else think_time)."""
     if not isinstance(obj, dict):
         raise ValueError(f"{where}: a request must be a JSON object")
@@ -120,16 +128,17 @@ def _turn(obj: Any, prev_t: float | None, idle_after: float | None, block_tokens
     if n_in < 1:
         raise ValueError(f"{where}: field 'in' must be >= 1, got {n_in}")
     ids = _hash_ids(obj, n_in, block_tokens, where)
-    if prev_t is None:
+    if prev is None:
         idle = 0.0
     elif idle_after is not None:
         idle = idle_after
     elif obj.get("think_time") is not None:
         idle = _number(obj, "think_time", where)
     else:
-        idle = t - prev_t  # README: missing think_time -> the difference of t
+        idle = t - prev.t_s  # README: missing think_time -> the difference of t
+    shared = 0 if prev is None else common_prefix(prev.hash_ids, ids)
     # out 0 (a recorded empty answer) is sent as 1 token: a stream needs one
-    return Turn(t, n_in, max(1, n_out), ids, max(0.0, idle))
+    return Turn(t, n_in, max(1, n_out), ids, max(0.0, idle), shared)
 
 
 def _subagent(obj: dict, block_tokens: int, where: str) -> Subagent:
@@ -144,7 +153,7 @@ def _subagent(obj: dict, block_tokens: int, where: str) -> Subagent:
         w = f"{where} requests[{j}]"
         if isinstance(r, dict) and r.get("type") == "subagent":
             raise ValueError(f"{w}: field 'type': subagents nest one level deep only")
-        turns.append(_turn(r, turns[-1].t_s if turns else None, None, block_tokens, w))
+        turns.append(_turn(r, turns[-1] if turns else None, None, block_tokens, w))
     return Subagent(str(obj.get("agent_id", "")), status, _number(obj, "t", where), tuple(turns))
 
 
@@ -160,7 +169,7 @@ def parse_conversation(obj: Any, where: str) -> Conversation:
         raise ValueError(f"{where}: field 'requests' must be a non-empty list")
     steps: list[Step] = []
     group: list[Subagent] = []
-    prev_t: float | None = None
+    prev: Turn | None = None
     for i, r in enumerate(reqs):
         w = f"{where} requests[{i}]"
         if isinstance(r, dict) and r.get("type") == "subagent":
@@ -173,9 +182,9 @@ def parse_conversation(obj: Any, where: str) -> Conversation:
             if joined and isinstance(r, dict) and isinstance(r.get("t"), int | float):
                 idle_after = max(0.0, float(r["t"]) - max(joined))
             group = []
-        turn = _turn(r, prev_t, idle_after, block_tokens, w)
+        turn = _turn(r, prev, idle_after, block_tokens, w)
         steps.append(turn)
-        prev_t = turn.t_s
+        prev = turn
     if group:
         steps.append(FanOut(tuple(group)))
     if not any(isinstance(s, Turn) for s in steps):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rackserve.workload.conversation import TRACE_BLOCK_TOKENS
+from rackserve.workload.conversation import TRACE_BLOCK_TOKENS, common_prefix
 from rackserve.workload.tokens import mix64
 
 _POS = np.uint64(0xD6E8FEB86659FD93)  # odd 64-bit multipliers (from splitmix/xxhash constant families)
@@ -64,15 +64,11 @@ class BlockIds:
     as_tuple: tuple[int, ...]
 
 
-def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    n = min(a.size, b.size)
-    differ = np.flatnonzero(a[:n] != b[:n])
-    return int(differ[0]) if differ.size else n
-
-
-def _kept(prev: BlockIds, hash_ids: np.ndarray, count: int, block_tokens: int, scale: float) -> int:
+def _kept(prev: BlockIds, hash_ids: np.ndarray, count: int, block_tokens: int, scale: float,
+          common: int | None) -> int:  # fmt: skip
     """Leading blocks whose trace blocks (all <= their last) lie in the common trace prefix."""
-    common = _common_prefix(prev.hash_ids, hash_ids)
+    if common is None:
+        common = common_prefix(prev.hash_ids, hash_ids)
     if scale == 1.0:  # last = ((j + 1) * B - 1) // 64 < common  <=>  j < 64 * common // B
         keep = common * TRACE_BLOCK_TOKENS // block_tokens
     else:
@@ -82,12 +78,14 @@ def _kept(prev: BlockIds, hash_ids: np.ndarray, count: int, block_tokens: int, s
 
 
 def next_block_ids(prev: BlockIds | None, hash_ids: np.ndarray, salt: int, prompt_tokens: int,
-                   block_tokens: int = 64, scale: float = 1.0, tail: int = 0) -> BlockIds:  # fmt: skip
+                   block_tokens: int = 64, scale: float = 1.0, tail: int = 0,
+                   common: int | None = None) -> BlockIds:  # fmt: skip
     """`block_ids` of a request, reusing the ids (and Python ints) of `prev`, the same agent's
     previous request under the same salt, for the blocks of their common trace prefix: an agentic
-    turn mostly resends its predecessor, so only its new tail is mixed and converted."""
+    turn mostly resends its predecessor, so only its new tail is mixed and converted. `common`:
+    the common trace prefix with `prev` when known (Turn.shared_ids), else it is compared."""
     count = prompt_tokens // block_tokens
-    keep = 0 if prev is None else _kept(prev, hash_ids, count, block_tokens, scale)
+    keep = 0 if prev is None else _kept(prev, hash_ids, count, block_tokens, scale, common)
     j = np.arange(keep, count, dtype=np.int64)
     if scale == 1.0 and block_tokens == TRACE_BLOCK_TOKENS:
         last = j  # block j is trace block j

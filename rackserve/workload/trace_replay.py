@@ -261,8 +261,9 @@ class TraceReplaySource:
             self._overflow += 1
             tree.dead = True
             return []
-        ids = next_block_ids(tree.last_ids.get(agent), turn.hash_ids, tree.salt, prompt, self.block_size,
-                             self.spec.length_scale, self._tail(tree, agent, index))  # fmt: skip
+        prev = tree.last_ids.get(agent)  # the agent's previous turn (agents send in order)
+        ids = next_block_ids(prev, turn.hash_ids, tree.salt, prompt, self.block_size, self.spec.length_scale,
+                             self._tail(tree, agent, index), turn.shared_ids)  # fmt: skip
         tree.last_ids[agent] = ids
         req = Request(self._next_req, at, prompt, output, ids.as_tuple, session=tree.replay,
                       turn=self._turn_number(tree, agent, index), lane=tree.lane, warmup=warmup,
