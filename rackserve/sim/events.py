@@ -11,18 +11,27 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
-if TYPE_CHECKING:
-    from rackserve.sim.simulator import Simulator
-    from rackserve.workload.request import Request
+from rackserve.workload.request import Request
+
+
+class Handlers(Protocol):
+    """What events call on the simulator (rackserve.sim.simulator.Simulator implements it), so this
+    module needs no import of the simulator: the dependency points one way."""
+
+    def on_arrival(self, now: float, request: Request) -> list[Event]: ...
+    def on_prefill_kick(self, now: float, instance: int) -> list[Event]: ...
+    def on_prefill_step_end(self, now: float, instance: int) -> list[Event]: ...
+    def on_kv_arrive(self, now: float, record: object) -> list[Event]: ...
+    def on_decode_leap_end(self, now: float, instance: int, version: int) -> list[Event]: ...
 
 
 class Event:
     priority: ClassVar[int]
     time: float
 
-    def handle(self, sim: Simulator) -> list[Event]:
+    def handle(self, sim: Handlers) -> list[Event]:
         raise NotImplementedError
 
 
@@ -32,7 +41,7 @@ class PrefillStepEnd(Event):
     time: float
     instance: int
 
-    def handle(self, sim: Simulator) -> list[Event]:
+    def handle(self, sim: Handlers) -> list[Event]:
         return sim.on_prefill_step_end(self.time, self.instance)
 
 
@@ -43,7 +52,7 @@ class DecodeLeapEnd(Event):
     instance: int
     version: int
 
-    def handle(self, sim: Simulator) -> list[Event]:
+    def handle(self, sim: Handlers) -> list[Event]:
         return sim.on_decode_leap_end(self.time, self.instance, self.version)
 
 
@@ -55,7 +64,7 @@ class KVArrive(Event):
     time: float
     record: object  # the simulator's in-flight record
 
-    def handle(self, sim: Simulator) -> list[Event]:
+    def handle(self, sim: Handlers) -> list[Event]:
         return sim.on_kv_arrive(self.time, self.record)
 
 
@@ -65,7 +74,7 @@ class Arrival(Event):
     time: float
     request: Request
 
-    def handle(self, sim: Simulator) -> list[Event]:
+    def handle(self, sim: Handlers) -> list[Event]:
         return sim.on_arrival(self.time, self.request)
 
 
@@ -78,7 +87,7 @@ class PrefillKick(Event):
     time: float
     instance: int
 
-    def handle(self, sim: Simulator) -> list[Event]:
+    def handle(self, sim: Handlers) -> list[Event]:
         return sim.on_prefill_kick(self.time, self.instance)
 
 

@@ -13,21 +13,17 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from rackserve.kv.block_cache import BlockCache
 from rackserve.routing.policy import PolicySettings, make_policy
 from rackserve.routing.router import Router
 from rackserve.routing.timing_cost import TimingCost
 from rackserve.routing.view import ClusterView, RankState, RequestView
-from rackserve.sched.kv_ledger import KVLedger, SyntheticIdentity
 from rackserve.sched.limits import SchedulerLimits
 from rackserve.sched.scheduler import RankScheduler
 from rackserve.sched.seq_state import SeqState
 from rackserve.sim.block_keys import BlockKeys
+from rackserve.sim.decode_side import DecodeSide
 from rackserve.sim.events import (
     Arrival,
-    DecodeLeapEnd,
     Event,
     EventQueue,
     KVArrive,
@@ -36,15 +32,15 @@ from rackserve.sim.events import (
 )
 from rackserve.sim.instances import Instance, Leap
 from rackserve.sim.kv import ClusterKV, pool_limits
-from rackserve.sim.metrics import Flight, MetricsCollector, SimResult, pct
+from rackserve.sim.metrics import Flight, MetricsCollector, SimResult
 from rackserve.sim.pool_paths import PoolPaths
+from rackserve.sim.result import build_result
 from rackserve.sim.scenario import Scenario
 from rackserve.sim.sizing import size_scenario
-from rackserve.timing.batch import RankBatch, StepBatch, StepCost
+from rackserve.timing.batch import StepBatch, StepCost
 from rackserve.workload.request import Request
 from rackserve.workload.source import ArrivalSource
 
-EMPTY_RANK = RankBatch.of([])
 _COSTS: weakref.WeakKeyDictionary[Any, dict[frozenset, TimingCost]] = weakref.WeakKeyDictionary()
 Progress = Callable[[int, int], None]  # (requests done, arrivals so far)
 
@@ -63,16 +59,6 @@ def router_cost(timing: Any, scenario: Scenario) -> TimingCost:
     if key not in per_timing:
         per_timing[key] = TimingCost(timing, layouts)
     return per_timing[key]
-
-
-def _decode_rank_batch(seqs: int, context_tokens: int, extra: int) -> RankBatch:
-    """A decode rank's step as the cost model sees it: `seqs` sequences sharing the batch's total
-    context evenly (exact for costs linear in context), each `extra` tokens further along."""
-    if seqs == 0:
-        return EMPTY_RANK
-    cached = np.full(seqs, context_tokens // seqs + extra, dtype=np.int64)
-    cached[: context_tokens % seqs] += 1
-    return RankBatch(np.ones(seqs, dtype=np.int64), cached)
 
 
 def _wait_for_fetches(cost: StepCost, now: float, flights: list[Flight]) -> StepCost:
@@ -95,11 +81,7 @@ def measured_window(scenario: Scenario) -> tuple[float, float | None]:
     return sim.measure_start_s, (None if sim.measure_duration_s is None else sim.measure_start_s + sim.measure_duration_s)
 
 
-def _drop_event(_: object) -> None:
-    """Decode-rank KV events are not routed on: the simulator discards them."""
-
-
-class Simulator:
+class Simulator(DecodeSide):
     def __init__(self, scenario: Scenario, timing: Any, policy: str, source: ArrivalSource,
                  progress: Progress | None = None) -> None:
         self.scenario = scenario
@@ -159,22 +141,6 @@ class Simulator:
                 out.append(Instance(name, group.layout, layout, group.gpus, ranks, cache_tokens=cache))
         return out
 
-    def _decode_kv_override(self) -> int | None:
-        """sim.decode_kv_tokens_per_rank when the scenario sets it: decode ranks then count blocks
-        and preempt; otherwise (derived capacity) they reserve each request's whole output."""
-        sim = self.scenario.sim
-        return sim.decode_kv_tokens_per_rank if "decode_kv_tokens_per_rank" in sim.model_fields_set else None
-
-    def _decode_ledger(self) -> KVLedger | None:
-        """A decode rank's KV blocks (target block size) when its capacity is bounded: running out
-        preempts (recompute) instead of reserving every output up front."""
-        tokens = self._decode_kv_override()
-        if tokens is None:
-            return None
-        bs = self.target_block_tokens
-        cache = BlockCache(max(1, tokens // bs), bs, on_event=_drop_event)
-        return KVLedger(cache, SyntheticIdentity(bs))
-
     def _all_keys(self) -> list[tuple[str, int]]:
         return [(i.name, r) for i in (*self.prefill, *self.decode) for r in range(len(i.ranks))]
 
@@ -215,7 +181,7 @@ class Simulator:
             self._events += 1
             for new in event.handle(self):
                 self.queue.push(new)
-        return self._result(time.perf_counter() - wall, time.process_time() - cpu)
+        return build_result(self, time.perf_counter() - wall, time.process_time() - cpu)
 
     def _keys(self, req: Request) -> BlockKeys:
         return BlockKeys.of(req.block_hashes, self.group)
@@ -311,152 +277,3 @@ class Simulator:
         flight.prefill_end = now
         self.metrics.on_prefilled(flight, now)
         return KVArrive(now + self.timing.pd_transfer_s(req.prompt_tokens), flight)
-
-    # ---- decode -----------------------------------------------------------------------------------
-    def on_kv_arrive(self, now: float, flight: Flight) -> list[Event]:
-        req = flight.request
-        flight.kv_arrive = now
-        d_idx, rank = flight.decode
-        # The prompt's KV arrived; the first token is known (from prefill) and not yet in KV.
-        seq = SeqState(req.req_id, req.prompt_tokens + 1, req.output_tokens, computed_tokens=req.prompt_tokens,
-                       payload=flight)
-        if not self._fits_decode_kv(req) or not self.decode[d_idx].ranks[rank].admit(seq):
-            self.metrics.rejected += 1
-            self._release_decode(flight)
-            return self._followups(req, now)
-        return self._kick_decode(now, d_idx)
-
-    def _fits_decode_kv(self, req: Request) -> bool:
-        """A request whose whole context cannot fit a decode rank's KV alone would never finish."""
-        cap = self._decode_kv_override()
-        return cap is None or req.prompt_tokens + req.output_tokens <= cap
-
-    def _kick_decode(self, now: float, idx: int) -> list[Event]:
-        """New work for a decode instance: start a leap if idle, else cut the current leap short at
-        the next step boundary so the newcomer joins the batch there (a single scheduled step of a
-        bounded-KV instance is not cut: the newcomer joins the next one)."""
-        leap = self._leaps[idx]
-        if leap is None:
-            return self._start_leap(now, idx)
-        if self._bounded(idx):
-            return []
-        done = math.ceil((now - leap.start) / leap.step_s - 1e-9)
-        if done >= leap.steps:
-            return []
-        self._versions[idx] += 1
-        if done <= 0:
-            self._leaps[idx] = None
-            return self._start_leap(now, idx, leap.joined)
-        self._leaps[idx] = Leap(leap.start, done, leap.step_s, leap.cost, self._versions[idx], leap.joined)
-        return [DecodeLeapEnd(leap.start + done * leap.step_s, idx, self._versions[idx])]
-
-    def _bounded(self, idx: int) -> bool:
-        return self.decode[idx].ranks[0].kv is not None
-
-    def _start_decode_step(self, now: float, idx: int) -> list[Event]:
-        """One scheduled step of a bounded-KV decode instance (decode tokens, resumed sequences'
-        recompute chunks, preemptions), priced as it is: KV use changes every step, so no leap."""
-        inst = self.decode[idx]
-        plans = [sched.schedule() for sched in inst.ranks]
-        self.metrics.preemptions += sum(len(p.preempted) for p in plans)
-        if all(p.empty for p in plans):
-            inst.busy, self._leaps[idx] = False, None
-            return []
-        # per output token: with MTP a pure decode step is a speculative step / its accepted tokens
-        cost = self.timing.decode_token_time(inst.layout, StepBatch(tuple(p.rank_batch() for p in plans)))
-        runs = [(sched.seq(s.req_id), s.num_new_tokens) for sched, p in zip(inst.ranks, plans, strict=True)
-                for s in p.seqs]
-        joined = [seq for seq, n in runs if seq.payload.first_token < 0 and n == seq.pending]  # first sample
-        self._versions[idx] += 1
-        inst.busy, inst.plans = True, plans
-        self._leaps[idx] = Leap(now, 1, cost.total_s, cost, self._versions[idx], joined)
-        return [DecodeLeapEnd(now + cost.total_s, idx, self._versions[idx])]
-
-    def _start_leap(self, now: float, idx: int, joined: list | None = None) -> list[Event]:
-        if self._bounded(idx):
-            return self._start_decode_step(now, idx)
-        inst = self.decode[idx]
-        joined = list(joined or [])
-        for sched in inst.ranks:
-            joined.extend(sched.promote_decode())
-        loads = [sched.decode_load() for sched in inst.ranks]
-        active = [sched for sched, (n, _) in zip(inst.ranks, loads, strict=True) if n]
-        if not active:
-            inst.busy, self._leaps[idx] = False, None
-            return []
-        steps = min(sched.decode_steps_to_next_finish() for sched in active)
-        mid = (steps - 1) // 2  # context grows one token per step: charge the middle step
-        cost = self._decode_cost(inst.layout, loads, mid)
-        self._versions[idx] += 1
-        inst.busy = True
-        self._leaps[idx] = Leap(now, steps, cost.total_s, cost, self._versions[idx], joined)
-        return [DecodeLeapEnd(now + steps * cost.total_s, idx, self._versions[idx])]
-
-    def _decode_cost(self, layout: Any, loads: list[tuple[int, int]], extra: int) -> Any:
-        fast = getattr(self.timing, "decode_step_time", None)  # CachedTiming: no batch arrays
-        if fast is not None:
-            return fast(layout, loads, extra)
-        batch = StepBatch(tuple(_decode_rank_batch(n, ctx, extra) for n, ctx in loads))
-        return self.timing.decode_token_time(layout, batch)
-
-    def on_decode_leap_end(self, now: float, idx: int, version: int) -> list[Event]:
-        leap = self._leaps[idx]
-        if leap is None or version != self._versions[idx]:
-            return []  # superseded by a shorter leap
-        inst = self.decode[idx]
-        inst.account(leap.cost, leap.steps)
-        for seq in leap.joined:
-            seq.payload.first_token = leap.start + leap.step_s
-        out: list[Event] = []
-        if self._bounded(idx):
-            for sched, plan in zip(inst.ranks, inst.plans, strict=True):
-                for seq in sched.update(plan):
-                    out.extend(self._finish(now, seq.payload))
-        for sched in inst.ranks:
-            if len(sched.decoding):
-                for seq in sched.commit_decode(leap.steps):
-                    out.extend(self._finish(now, seq.payload))
-        self._leaps[idx] = None
-        return out + self._start_leap(now, idx)
-
-    def _finish(self, now: float, flight: Flight) -> list[Event]:
-        self.metrics.on_finish(flight, now)
-        self._release_decode(flight)
-        return self._followups(flight.request, now)
-
-    def _release_decode(self, flight: Flight) -> None:
-        d_idx, rank = flight.decode
-        self._update((self.decode[d_idx].name, rank), active_decode_blocks=-flight.decode_blocks, running_seqs=-1)
-
-    # ---- result -----------------------------------------------------------------------------------
-    def _result(self, wall_s: float, cpu_s: float) -> SimResult:
-        m = self.metrics
-        span = m.span_s()
-        gpus = self.scenario.gpus
-        prompt = max(m.prompt_tokens_prefilled, 1)
-        by_tier = {t: v / prompt for t, v in m.hit_tokens.items()}
-
-        def idle(insts: list[Instance]) -> float:
-            stepping = sum(i.stepping_s * len(i.ranks) for i in insts)
-            return sum(sum(i.rank_idle_s) for i in insts) / stepping if stepping else 0.0
-
-        def util(insts: list[Instance]) -> float:
-            return sum(i.stepping_s for i in insts) / (span * len(insts)) if insts else 0.0
-
-        return SimResult(
-            scenario=self.scenario.name, policy=self.policy, gpus=gpus, arrivals=m.arrivals,
-            completed=m.completed, rejected=m.rejected, span_s=span,
-            throughput_per_gpu=(m.input_tokens + m.output_tokens) / span / gpus,
-            output_tps_per_gpu=m.output_tokens / span / gpus,
-            user_tps_p50=pct(m.user_tps, 50), user_tps_p90=pct(m.user_tps, 10),
-            ttft_p50_s=pct(m.ttft, 50), ttft_p90_s=pct(m.ttft, 90), ttft_p99_s=pct(m.ttft, 99),
-            tpot_p50_s=pct(m.tpot, 50), tpot_p90_s=pct(m.tpot, 90),
-            hit_rate=sum(by_tier.values()), hit_rate_by_tier=by_tier,
-            predicted_hit_rate=m.predicted_hit_tokens / prompt,
-            prefill_idle_frac=idle(self.prefill), decode_idle_frac=idle(self.decode),
-            prefill_util=util(self.prefill), decode_util=util(self.decode),
-            pool_occupancy=self.kv.pool_occupancy(), evictions=self.kv.evictions(), preemptions=m.preemptions,
-            events=self._events, wall_s=wall_s, cpu_s=cpu_s, ttft_samples=list(m.ttft),
-            recomputed_tokens=dict(self.kv.recomputed_tokens), pool_path_util=self.kv.paths.utilization(span),
-            sizing=self.sizing.to_dict(), warmup_requests=m.warmup_requests,
-        )
