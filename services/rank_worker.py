@@ -43,6 +43,7 @@ class Emitted:
     token: int | None
     finish_reason: str | None  # None while running
     kv_block_hashes: tuple[int, ...] = ()  # prefill: the prompt's full blocks now in the pool
+    reused: Admitted | None = None  # prefill, when finished: what the engine really started from
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,16 @@ class _Seq:
     pool_hbm: int = 0
     pool_dram: int = 0
     charged: bool = False
+    local: int = 0  # HBM hit tokens found at admission
+    reused: Admitted | None = None  # set at the request's first step
+
+    def started_from(self, computed_tokens: int) -> Admitted:
+        """The tokens the engine started from (its schedule's computed tokens), by where their KV
+        came from: this rank's HBM first, then the blocks fetched from each pool tier. Fewer than
+        admission found when the cache evicted some before the request started."""
+        local = min(self.local, computed_tokens)
+        hbm = min(self.pool_hbm, computed_tokens - local)
+        return Admitted(local, hbm, min(self.pool_dram, computed_tokens - local - hbm))
 
 
 @dataclass
@@ -113,7 +124,7 @@ class RankWorker:
         self.engine.add_request(request_id, prompt, sampling, kv_blocks=kv_blocks)
         hbm = sum(bs for _, _, tier in fetched if tier == "pool_hbm")
         dram = sum(bs for _, _, tier in fetched if tier == "pool_dram")
-        self._seqs[request_id] = _Seq(prompt, hbm, dram)
+        self._seqs[request_id] = _Seq(prompt, hbm, dram, local=local * bs)
         return Admitted(local * bs, hbm, dram)
 
     def submit_decode(
@@ -136,7 +147,7 @@ class RankWorker:
         )
         hbm = sum(bs for _, _, tier in fetched if tier == "pool_hbm")
         dram = sum(bs for _, _, tier in fetched if tier == "pool_dram")
-        self._seqs[request_id] = _Seq(prompt, hbm, dram)
+        self._seqs[request_id] = _Seq(prompt, hbm, dram, local=local * bs)
         return Admitted(local * bs, hbm, dram)
 
     def cancel(self, request_id: str) -> None:
@@ -160,6 +171,7 @@ class RankWorker:
             new.append(charged)
             cached.append(planned.num_computed_tokens + computed - charged)
             if not seq.charged:  # pooled KV is fetched during the request's first step
+                seq.reused = seq.started_from(planned.num_computed_tokens)
                 pool_hbm, pool_dram, seq.charged = (
                     pool_hbm + seq.pool_hbm,
                     pool_dram + seq.pool_dram,
@@ -190,7 +202,7 @@ class RankWorker:
         if self.role != "prefill":
             return Emitted(out.request_id, out.token, out.finish_reason)
         hashes = self._store_prompt(seq.prompt)
-        return Emitted(out.request_id, out.token, out.finish_reason, tuple(hashes))
+        return Emitted(out.request_id, out.token, out.finish_reason, tuple(hashes), seq.reused)
 
     def _store_prompt(self, prompt: list[int]) -> list[int]:
         """Write the prompt's full blocks to the pool (those it lacks); returns the handle's hashes."""

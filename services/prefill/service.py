@@ -136,6 +136,7 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
             self._waiting.pop(request.request_id, None)
         started = waiter.started_sim_s if waiter.started_sim_s is not None else finished_sim
         hashes = list(emitted.kv_block_hashes)
+        reused = emitted.reused or admitted  # what the engine started from, not what was found
         return prefill_pb2.PrefillReply(
             first_token=emitted.token,
             kv=prefill_pb2.KVHandle(
@@ -144,8 +145,8 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
                 block_hashes=hashes,
                 num_tokens=len(hashes) * self.block_size,
             ),
-            local_hit_tokens=admitted.local_hit_tokens,
-            pool_hit_tokens=admitted.pool_hbm_tokens + admitted.pool_dram_tokens,
+            local_hit_tokens=reused.local_hit_tokens,
+            pool_hit_tokens=reused.pool_hbm_tokens + reused.pool_dram_tokens,
             queue_sim_s=started - waiter.submitted_sim_s,
             prefill_sim_s=finished_sim - started,
             pacing_lag_s=waiter.lag_s,
