@@ -181,13 +181,13 @@ class PoolServer:
     """A running pool: gRPC server + epoch watcher. `stop()` ends both."""
 
     def __init__(self, limits: PoolLimits, options: PoolOptions, host: str = "127.0.0.1", port: int = 0,
-                 workers: int = 8) -> None:
+                 workers: int = 8, clock: Callable[[], float] = time.monotonic) -> None:
         client = redis.Redis.from_url(options.redis_url, socket_timeout=5.0, health_check_interval=0)
         self.store = PoolStore(client, options.key_prefix, options.event_stream)
         leftovers = self.store.claim()
         if leftovers:
             log.info("deleted %d block keys left by an earlier pool", leftovers)
-        self.servicer = PoolServicer(PoolTiers(limits), self.store, options)
+        self.servicer = PoolServicer(PoolTiers(limits), self.store, options, clock)
         with self.servicer.lock:  # a fresh incarnation tells consumers to forget the old pool view
             self.servicer.tiers.clear()
             self.servicer._apply()

@@ -5,6 +5,7 @@ Each test gets its own key prefix and event stream, so tests sharing the Redis n
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -19,14 +20,16 @@ BIG = 1 << 40
 
 @pytest.fixture
 def make_pool(redis_server):
-    """make_pool(limits=None, redis_url=None) -> (server, client). Stopped after the test."""
+    """make_pool(limits=None, redis_url=None, clock=time.monotonic) -> (server, client); the pool's
+    time comes from `clock` (a test may step it). Stopped after the test."""
     started = []
 
-    def make(limits: PoolLimits | None = None, redis_url: str | None = None, **options):
+    def make(limits: PoolLimits | None = None, redis_url: str | None = None, clock=time.monotonic,
+             **options):
         tag = uuid.uuid4().hex[:8]
         opts = PoolOptions(redis_url or redis_server, key_prefix=f"test:{tag}:kv:",
                            event_stream=f"test:{tag}:events", epoch_check_s=0.05, **options)
-        server = PoolServer(limits or PoolLimits(BIG, BIG, BIG), opts).start()
+        server = PoolServer(limits or PoolLimits(BIG, BIG, BIG), opts, clock=clock).start()
         client = PoolClient(server.address, owner=f"writer-{tag}", timeout_s=5.0)
         started.append((server, client))
         return server, client

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -109,8 +108,19 @@ def test_watermark_eviction_is_lru_demotes_then_drops(make_pool, redis_client):
         assert client.put([h], [b"again"]).ok and client.get([h]).values == (b"again",)
 
 
+class SteppedClock:
+    """The pool's clock, moved by the test: a lease expires exactly when the test says."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
 def test_lease_blocks_eviction_until_it_expires(make_pool):
-    _, client = make_pool(small_limits(hbm_blocks=2, dram_blocks=0, lease_s=2.0))
+    clock = SteppedClock()
+    _, client = make_pool(small_limits(hbm_blocks=2, dram_blocks=0, lease_s=2.0), clock=clock)
     stub = pb_grpc.KVPoolStub(client._channel)
     client.put([1], payloads(1))
     lease = stub.BatchGet(pb.GetRequest(block_hashes=[1], lease=True))
@@ -118,7 +128,9 @@ def test_lease_blocks_eviction_until_it_expires(make_pool):
     refused = client.put([2, 3], payloads(2, seed=1))
     assert refused.failed == (3,) and client.match_prefix([1]).count == 1
     assert client.stats().alloc_failures == 1
-    time.sleep(2.1)  # past the lease: block 1 may now be evicted (a long lease: robust under load)
+    clock.now_s = 1.999
+    assert client.match_prefix([1]).count == 1 and client.stats().lease_expiries == 0  # still leased
+    clock.now_s = 2.0  # the lease ends: block 1 may now be evicted
     assert client.put([3], payloads(1, seed=3)).ok
     assert client.match_prefix([1]).count == 0
     assert client.stats().lease_expiries == 1
