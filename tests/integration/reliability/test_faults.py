@@ -5,6 +5,9 @@
   to it again once its quarantine ends.
 - Redis restarts empty: requests keep succeeding (as misses), the router's index takes the pool's
   `cleared` events, and cache hits come back as the cache refills.
+
+Every test stands alone (any order, any subset): no state passes between tests, and waits are on
+conditions (a rank healthy again, an index converged), never a fixed time.
 """
 
 from __future__ import annotations
@@ -17,10 +20,14 @@ import sys
 import threading
 import time
 
+import grpc
 import httpx
 import pytest
 import ray
 
+from rackserve.kv.block_hash import block_hashes
+from rackserve.model import tokenizer
+from services._proto import router_pb2, router_pb2_grpc
 from services.redis_server import free_port
 from services.router.migration import QUARANTINE_S
 
@@ -30,7 +37,6 @@ MODEL = "rackserve-moe-small"
 PROMPT = "The rack-scale twin keeps every token it has sent. " * 3
 BODY = {"model": MODEL, "prompt": PROMPT, "max_tokens": 300, "temperature": 0, "ignore_eos": True}
 KILL_AFTER_CHUNKS = 25
-KILLED: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +51,12 @@ def rank_actor(name: str):
     spaces = [a["namespace"] for a in named if a["name"] == name]
     assert spaces, f"no actor {name} among {named}"
     return ray.get_actor(name, namespace=spaces[0])
+
+
+def all_healthy(base: str) -> None:
+    """Wait until every rank is routed to again (an earlier test's quarantine has ended)."""
+    for name in rank_health(base):
+        wait_health(base, name, True, within_s=QUARANTINE_S + 60)
 
 
 def complete(base: str, body: dict) -> dict:
@@ -70,10 +82,10 @@ def stream_and_kill(base: str, victim, hit=None) -> tuple[str, list[dict]]:
 
 def test_stream_survives_decode_rank_death(fault_cluster, ray_driver) -> None:
     base = fault_cluster.base_url
+    all_healthy(base)
     reference = complete(base, BODY)
     rank = reference["rackserve"]["decode"]  # an idle cluster places the same request alike
     victim = rank_actor(rank)
-    KILLED["rank"] = rank
 
     text, events = stream_and_kill(base, victim)
 
@@ -83,22 +95,19 @@ def test_stream_survives_decode_rank_death(fault_cluster, ray_driver) -> None:
     assert last["rackserve"]["decode"].startswith(f"{rank}->"), last["rackserve"]["decode"]
     assert events[-1]["usage"]["completion_tokens"] == BODY["max_tokens"]
     assert text == reference["choices"][0]["text"]  # greedy: token-for-token, none lost or doubled
-
-
-def test_restarted_rank_is_routed_to_again(fault_cluster, ray_driver) -> None:
-    killed = KILLED["rank"]
-    time.sleep(QUARANTINE_S + 1)  # the quarantine ends; an idle cluster places on that rank again
-    again = complete(fault_cluster.base_url, {**BODY, "max_tokens": 40})
+    # Ray restarts the actor; once its quarantine (QUARANTINE_S) ends, an idle cluster places on it
+    wait_health(base, rank, True, within_s=QUARANTINE_S + 60)
+    again = complete(base, {**BODY, "max_tokens": 40})
     assert again["usage"]["completion_tokens"] == 40
-    assert again["rackserve"]["decode"] == killed  # served there, no migration: Ray restarted it
+    assert again["rackserve"]["decode"] == rank  # served there, no migration: Ray restarted it
 
 
-def start_router(cluster, http_port: int) -> subprocess.Popen:
+def start_router(cluster, http_port: int, grpc_port: int) -> subprocess.Popen:
     """A second router process on the cluster's workers and Redis, as a restarted one would be."""
     config = cluster.args[cluster.args.index("--config") + 1]
     urls = cluster.urls
     command = [sys.executable, "-m", "services.router", "--config", config]
-    command += ["--http-port", str(http_port), "--grpc-port", str(free_port())]
+    command += ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
     command += ["--prefill", urls["prefill (gRPC)"], "--decode", urls["decode (gRPC)"]]
     command += ["--redis-url", urls["redis"]]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -117,27 +126,39 @@ def wait_ready(base: str, router: subprocess.Popen) -> None:
     raise AssertionError("the restarted router never became ready")
 
 
+def predicted_hit(grpc_address: str, prompt: list[int]) -> int:
+    """The router's predicted cached tokens for `prompt` (gRPC Route; its booking released)."""
+    with grpc.insecure_channel(grpc_address) as channel:
+        stub = router_pb2_grpc.RouterStub(channel)
+        hashes = block_hashes(prompt, 16, MODEL)
+        decision = stub.Route(router_pb2.RouteRequest(request_id="index-probe", token_ids=prompt,
+                                                      block_hashes=hashes))
+        stub.Release(router_pb2.ReleaseRouteRequest(request_id="index-probe"))
+    return decision.predicted_hit_tokens
+
+
 def test_restarted_router_rebuilds_its_index_and_dies_cleanly(fault_cluster) -> None:
-    # runs before the Redis restart below: after Redis loses the stream, a new router can only
-    # replay what was published since (the old one still remembers the older HBM blocks)
     base = fault_cluster.base_url
-    complete(base, {**BODY, "max_tokens": 2, "prompt": "seen before the restart. " * 8})
-    blocks = metric(base, "rackserve_router_index_blocks")
-    assert blocks > 0
-    port = free_port()
-    router = start_router(fault_cluster, port)
+    seen = tokenizer.encode("seen before the restart. " * 8, bos=True)
+    complete(base, {**BODY, "max_tokens": 2, "prompt": seen})
+    assert metric(base, "rackserve_router_index_blocks") > 0
+    old_grpc = fault_cluster.urls["router (gRPC)"]
+    deadline = time.monotonic() + 60
+    while (expected := predicted_hit(old_grpc, seen)) == 0:  # the prompt's events have arrived
+        assert time.monotonic() < deadline, "the router never indexed the prompt it served"
+        time.sleep(0.2)
+    port, grpc_port = free_port(), free_port()
+    router = start_router(fault_cluster, port, grpc_port)
     try:
         new = f"http://127.0.0.1:{port}"
         wait_ready(new, router)
-        # Replayed from the stream, the new index converges to the old router's. Compare the two
-        # at the same moment: events still in flight (evictions, late removals) move both alike.
+        # Replayed from the stream (whatever earlier tests did to Redis, this prompt's events are
+        # in it), the new index predicts this prompt's hit as the old router does.
         deadline = time.monotonic() + 60
-        while (now := metric(new, "rackserve_router_index_blocks")) != (
-            old := metric(base, "rackserve_router_index_blocks")
-        ):
-            assert time.monotonic() < deadline, (now, old, blocks)
+        while (now := predicted_hit(f"127.0.0.1:{grpc_port}", seen)) != expected:
+            assert time.monotonic() < deadline, (now, expected)
             time.sleep(0.2)
-        assert now > 0
+        assert metric(new, "rackserve_router_index_blocks") > 0
         assert complete(new, {**BODY, "max_tokens": 3})["usage"]["completion_tokens"] == 3
         body = {**BODY, "stream": True}
         with pytest.raises(httpx.HTTPError) as info:
@@ -177,6 +198,7 @@ def test_redis_restarting_empty_keeps_requests_succeeding(fault_cluster) -> None
 
 def test_prefill_rank_death_reroutes_its_requests(fault_cluster, ray_driver) -> None:
     base = fault_cluster.base_url
+    all_healthy(base)
     probe = {**BODY, "max_tokens": 1, "prompt": "which prefill rank is first when idle? " * 3}
     rank = complete(base, probe)["rackserve"]["prefill"]
     long_prompt = "".join(f"prefill rank death {i:04d}. " for i in range(150))  # ~3.5k tokens
@@ -200,6 +222,7 @@ def test_prefill_rank_death_reroutes_its_requests(fault_cluster, ray_driver) -> 
 
 def test_hung_prefill_rank_times_out_and_is_rerouted(fault_cluster, ray_driver) -> None:
     base = fault_cluster.base_url
+    all_healthy(base)
     probe = {**BODY, "max_tokens": 1, "prompt": "which prefill rank is idle first, again? " * 3}
     rank = complete(base, probe)["rackserve"]["prefill"]
     pid = ray.get(rank_actor(rank).__ray_call__.remote(lambda _self: os.getpid()))
@@ -223,6 +246,7 @@ def test_hung_prefill_rank_times_out_and_is_rerouted(fault_cluster, ray_driver) 
 
 def test_hung_decode_rank_times_out_and_its_stream_migrates(fault_cluster, ray_driver) -> None:
     base = fault_cluster.base_url
+    all_healthy(base)
     reference = complete(base, BODY)
     rank = reference["rackserve"]["decode"]
     pid = ray.get(rank_actor(rank).__ray_call__.remote(lambda _self: os.getpid()))
@@ -244,8 +268,8 @@ def rank_health(base: str) -> dict[str, dict]:
     return {f"{r['instance']}/{r['rank']}": r for r in ranks}
 
 
-def wait_health(base: str, rank: str, healthy: bool) -> dict:
-    deadline = time.monotonic() + 60
+def wait_health(base: str, rank: str, healthy: bool, within_s: float = 60) -> dict:
+    deadline = time.monotonic() + within_s
     while (state := rank_health(base)[rank])["healthy"] != healthy:
         assert time.monotonic() < deadline, state
         time.sleep(0.2)
@@ -254,8 +278,7 @@ def wait_health(base: str, rank: str, healthy: bool) -> dict:
 
 def test_health_probe_excludes_a_stopped_rank_until_it_recovers(fault_cluster, ray_driver) -> None:
     base = fault_cluster.base_url
-    for name in rank_health(base):  # earlier tests' quarantines are over
-        wait_health(base, name, True)
+    all_healthy(base)
     short = {**BODY, "max_tokens": 8}
     rank = complete(base, short)["rackserve"]["decode"]  # an idle cluster places it here
     pid = ray.get(rank_actor(rank).__ray_call__.remote(lambda _self: os.getpid()))
@@ -275,8 +298,7 @@ def test_draining_an_instance_lets_its_streams_finish_and_routes_new_work_away(
     fault_cluster,
 ) -> None:
     base = fault_cluster.base_url
-    for name in rank_health(base):
-        wait_health(base, name, True)
+    all_healthy(base)
     short = {**BODY, "max_tokens": 8}
     rank = complete(base, short)["rackserve"]["decode"]  # an idle cluster places work here
     instance = rank.rsplit("/", 1)[0]
