@@ -39,6 +39,23 @@ def tokenizer_path() -> None:
     print(path())
 
 
+@app.command("trace-text")
+def trace_text(
+    trace: str = typer.Argument(..., help="Mooncake JSONL trace (hash_ids)"),
+    out: str = typer.Argument(..., help="where to write the trace with text_input"),
+    block_size: int = typer.Option(512, min=1, help="tokens per hash id in the trace"),
+) -> None:
+    """Write a Mooncake trace with its prompts as text, for AIPerf's mooncake_trace loader."""
+    from rackserve.workload.trace_text import read_records, text_trace
+
+    try:
+        records = read_records(trace, block_size)
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="TRACE") from None
+    with open(out, "w", encoding="utf-8") as f:
+        f.writelines(text_trace(records, block_size))
+
+
 @app.command()
 def demo(
     config: str | None = typer.Option(None, help="deployment YAML (default: built-in defaults)"),

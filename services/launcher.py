@@ -339,12 +339,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ray-address", default=None, help="join an existing Ray cluster")
     parser.add_argument("--log-dir", default=None, help="service logs (default: a new temp dir)")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for health")
+    parser.add_argument(
+        "--time-scale",
+        default=None,
+        help="wall s per simulated s (default: config); 'auto' probes what this machine can hold",
+    )
     return parser.parse_args(argv)
+
+
+def _time_scale(args: argparse.Namespace) -> str:
+    """--time-scale as the env override's text; 'auto' runs services/time_scale_probe.py."""
+    if args.time_scale != "auto":
+        return args.time_scale
+    from services.time_scale_probe import probe
+
+    pick = probe(load_config(args.config))
+    print(f"rackserve up: {pick.describe()}", flush=True)
+    return f"{pick.time_scale:g}"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        if args.time_scale is not None:  # children read it from the env, like any override
+            os.environ["RACKSERVE_CLUSTER__TIME_SCALE"] = _time_scale(args)
         cfg = load_config(args.config)
         check_bind(cfg.cluster, "rackserve up")
     except (OSError, ValueError) as exc:

@@ -5,6 +5,7 @@ Ids 0-255 are the UTF-8 bytes; special tokens follow. Any text round-trips exact
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 PAD = 256
@@ -29,6 +30,7 @@ SPECIAL_TOKENS: dict[str, int] = {
 }
 ROLE_TOKENS: dict[str, int] = {"system": SYSTEM, "user": USER, "assistant": ASSISTANT}
 _SPECIAL_NAMES = {v: k for k, v in SPECIAL_TOKENS.items()}
+_SPECIAL_TEXT = re.compile("|".join(re.escape(name) for name in SPECIAL_TOKENS))
 
 
 class UnencodableText(ValueError):
@@ -52,9 +54,17 @@ def utf8(text: str, where: str = "text") -> bytes:
         raise UnencodableText(text, where) from None
 
 
-def encode(text: str, *, bos: bool = False, where: str = "text") -> list[int]:
-    """UTF-8 bytes of `text` as ids, optionally after BOS."""
+def encode(text: str, *, bos: bool = False, where: str = "text", special: bool = False) -> list[int]:
+    """UTF-8 bytes of `text` as ids, optionally after BOS. With `special`, a special token's name
+    in the text ("<|eos|>") is that token, as a Hugging Face tokenizer (and so vLLM) reads text."""
     ids = list(utf8(text, where))
+    if special and "<|" in text:
+        ids, start = [], 0
+        for match in _SPECIAL_TEXT.finditer(text):
+            ids += text[start : match.start()].encode("utf-8")
+            ids.append(SPECIAL_TOKENS[match.group()])
+            start = match.end()
+        ids += text[start:].encode("utf-8")
     return [BOS, *ids] if bos else ids
 
 
@@ -81,12 +91,14 @@ def decode(ids: Iterable[int], *, show_special: bool = False) -> str:
 
 
 def apply_chat_template(
-    messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True
+    messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True,
+    special: bool = False,
 ) -> list[int]:
     """`[{"role": ..., "content": ...}, ...]` -> ids: BOS, then `<|role|> content <|end|>` per
     message, then `<|assistant|>` when a reply is to be generated.
 
     A conversation's next turn extends the previous turn's ids, so its KV blocks are a cached prefix.
+    `special`: special-token names inside a content are those tokens (see `encode`).
     """
     if not messages:
         raise ValueError("messages must not be empty")
@@ -100,7 +112,8 @@ def apply_chat_template(
         content = message.get("content")
         if not isinstance(content, str):
             raise ValueError(f"messages[{n}].content must be a string")
-        ids += [ROLE_TOKENS[role], *utf8(content, f"messages.{n}.content"), END]
+        body = encode(content, where=f"messages.{n}.content", special=special)
+        ids += [ROLE_TOKENS[role], *body, END]
     if add_generation_prompt:
         ids.append(ASSISTANT)
     return ids

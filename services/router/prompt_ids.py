@@ -1,7 +1,10 @@
 """Request text -> the server's token ids, with the 4xx errors of the front door's edge.
 
 Completions and /tokenize share `completion_prompt`, chat and /tokenize share `chat_prompt`, so
-a client's count from /tokenize is always the prompt_tokens that generation reports.
+a client's count from /tokenize is always the prompt_tokens that generation reports. Text is read
+as vLLM reads it through its Hugging Face tokenizer: a special token's name ("<|eos|>") in a prompt
+or a message is that token (load clients such as AIPerf put one between synthesized blocks), so a
+client counting with `rackserve tokenizer-path` gets the server's count.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ def completion_prompt(prompt: str | list[int]) -> list[int]:
     if not isinstance(prompt, str):
         return prompt
     try:
-        return tokenizer.encode(prompt, where="prompt")
+        return tokenizer.encode(prompt, where="prompt", special=True)
     except tokenizer.UnencodableText as exc:
         raise BadRequest(str(exc), "prompt") from None
 
@@ -40,7 +43,9 @@ def chat_prompt(messages: list[ChatMessage], add_generation_prompt: bool = True)
         for m in messages
     ]
     try:
-        return tokenizer.apply_chat_template(plain, add_generation_prompt=add_generation_prompt)
+        return tokenizer.apply_chat_template(
+            plain, add_generation_prompt=add_generation_prompt, special=True
+        )
     except tokenizer.UnencodableText as exc:
         raise BadRequest(str(exc), exc.where) from None
     except ValueError as exc:

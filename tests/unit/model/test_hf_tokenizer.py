@@ -41,14 +41,21 @@ def test_vocab_is_the_servers(hf: Tokenizer) -> None:
         assert hf.token_to_id(name) == token_id
 
 
+TEXT = st.lists(
+    st.one_of(st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=40),
+              st.sampled_from([*tokenizer.SPECIAL_TOKENS, "<|", "|>", "<|eos", "<|<|end|>"])),
+    max_size=8,
+).map("".join)
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=200))
+@given(TEXT)
 def test_encode_equals_server(hf: Tokenizer, text: str) -> None:
-    if "<|" in text:  # a literal special-token name is a special token in any HF tokenizer
-        return
     ids = hf.encode(text).ids
-    assert ids == tokenizer.encode(text)
-    assert hf.decode(ids) == tokenizer.decode(ids)
+    assert ids == tokenizer.encode(text, special=True)
+    assert hf.decode(ids, skip_special_tokens=True) == tokenizer.decode(ids)
+    if "<|" not in text:
+        assert ids == tokenizer.encode(text)  # plain text: the same with or without `special`
 
 
 @settings(max_examples=200, deadline=None)
@@ -66,6 +73,7 @@ CHATS = [
         {"role": "assistant", "content": "ok"},
         {"role": "user", "content": ""},
     ],
+    [{"role": "user", "content": "a<|eos|>b <|end"}],
 ]
 
 
@@ -80,7 +88,7 @@ def test_chat_template_equals_server(hf: Tokenizer, messages: list[dict], genera
         }
         for m in messages
     ]
-    want = tokenizer.apply_chat_template(plain, add_generation_prompt=generation)
+    want = tokenizer.apply_chat_template(plain, add_generation_prompt=generation, special=True)
     assert hf.encode(render(messages, generation)).ids == want
 
 

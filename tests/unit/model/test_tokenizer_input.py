@@ -26,3 +26,9 @@ def test_chat_surrogate_names_the_message() -> None:
 def test_valid_text_round_trips() -> None:
     text = "héllo \U0001f600 \x00"
     assert tokenizer.decode(tokenizer.encode(text)) == text
+
+
+def test_special_names_are_tokens_only_when_asked() -> None:
+    text = "a<|eos|>b<|end"
+    assert tokenizer.encode(text, special=True) == [97, tokenizer.EOS, 98, *b"<|end"]
+    assert tokenizer.encode(text) == list(text.encode())
