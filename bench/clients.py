@@ -86,20 +86,32 @@ def aiperf(base: str, out: Path, endpoint: str, args: argparse.Namespace) -> tup
 
 
 def guidellm(base: str, out: Path, args: argparse.Namespace) -> tuple[list[str], dict]:
-    exe = REPO / ".venv-guidellm/bin/guidellm"
-    data = f"prompt_tokens={args.isl},output_tokens={args.osl}"
-    cmd = [str(exe), "benchmark", "run", "--target", base, "--model", MODEL, "--processor",
-           str(tokenizer_path()), "--profile", "concurrent", "--rate", str(args.concurrency),
-           "--max-requests", str(args.requests), "--data", data,
-           "--output-path", str(out / "guidellm.json")]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=1800)
-    report = json.loads((out / "guidellm.json").read_text())
+    """guidellm 0.8.1 (`kind=...,key=value` options), streaming completions; it always asks for
+    stream_options.continuous_usage_stats and counts tokens with --tokenizer."""
+    report_path = out / "guidellm.json"
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [str(REPO / ".venv-guidellm/bin/guidellm"), "run",
+           "--backend", f"kind=openai_http,target={base},model={MODEL},"
+                        "request_format=/v1/completions",
+           "--profile", f"kind=concurrent,streams={args.concurrency}",
+           "--constraint", f"kind=max_requests,count={args.requests}",
+           "--tokenizer", f"kind=huggingface_auto,model={tokenizer_path()}",
+           "--data", f"kind=synthetic_text,prompt_tokens={args.isl},output_tokens={args.osl}",
+           "--output", f"kind=json,path={report_path}", "--disable-console-interactive"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"guidellm failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    return cmd, guidellm_figures(json.loads(report_path.read_text()))
+
+
+def guidellm_figures(report: dict) -> dict:
     metrics = report["benchmarks"][0]["metrics"]
-    return cmd, {
+    totals = metrics["request_totals"]
+    return {
         "ttft_ms": metrics["time_to_first_token_ms"]["successful"]["mean"],
         "itl_ms": metrics["inter_token_latency_ms"]["successful"]["mean"],
-        "requests": metrics["request_totals"]["successful"],
-        "errors": metrics["request_totals"]["errored"],
+        "requests": totals["successful"],
+        "errors": totals["errored"],
     }
 
 
