@@ -3,7 +3,7 @@
 A live step lasts max(real compute, simulated step x time_scale) of wall time (services/pacing.py);
 when the compute is longer the twin lags and a client's wall-clock figures stop being simulated
 time x time_scale. This probe runs the small model in this process on the deployment's own step
-shapes (one full prefill chunk; a decode step of `decode_seqs` sequences), prices the same steps
+shapes (a 512-token prefill; a decode step of `decode_seqs` sequences), prices the same steps
 with the cost model, and picks the smallest round time_scale at which every probed step, plus a
 fixed allowance for the lockstep's Ray round trip, fits its paced budget with `headroom` to
 spare (the probe runs alone; the live cluster shares the cores with its other processes).
@@ -27,6 +27,7 @@ STEP_OVERHEAD_S = 0.002  # one lockstep: Ray actor calls (~0.8 ms each, ENVIRONM
 DEFAULT_HEADROOM = 3.0  # the live cluster's ~12 processes share the cores the probe had alone
 DEFAULT_DECODE_SEQS = 8  # a load client at concurrency 4-8 on one decode instance
 DECODE_STEPS = 6  # timed decode steps; the median counts
+PROBE_PREFILL_TOKENS = 512  # a load client's prompt (a longer chunk costs about as much per token)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def probe(cfg: Config, decode_seqs: int = DEFAULT_DECODE_SEQS, headroom: float =
     timing = TimingModel.from_section(cfg.timing)
     engine = Engine.from_deployment(cfg)
     params = SamplingParams(max_tokens=DECODE_STEPS + 2, temperature=0.0, ignore_eos=True)
-    chunk = cfg.engine.prefill_chunk_tokens
+    chunk = min(cfg.engine.max_num_batched_tokens, PROBE_PREFILL_TOKENS)
     engine.add_request("probe-warmup", [66] * 32, params)  # first-call costs are not steps
     while engine.has_unfinished():
         engine.step()
