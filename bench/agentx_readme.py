@@ -18,19 +18,20 @@ from rackserve.sim.cli_sweep import sweep_payload
 from rackserve.sim.sweep_plot import plot_frontiers
 
 BEGIN, END = "<!-- agentx-rack:begin (bench/agentx_readme.py) -->", "<!-- agentx-rack:end -->"
-SATURATED = 0.9  # busy share above which a rank type or path counts as the bottleneck
+SATURATED = 0.8  # busy share from which a path or the prefill ranks count as the bottleneck
 
 
 def bottleneck(run: dict) -> str:
-    """Which rank type or pool path saturates first at this point."""
-    busy = {"decode ranks": run["decode_util"], "prefill ranks": run["prefill_util"]}
-    for key, value in run.get("pool_path_util", {}).items():
-        if key.endswith("aggregate") or key.endswith("busiest_port"):
-            busy[f"pool path {key}"] = value
-    name, value = max(busy.items(), key=lambda kv: kv[1])
-    if value < SATURATED:
-        return f"none saturated (highest: {name} {value:.0%})"
-    return f"{name} ({value:.0%} busy)"
+    """What limits this point: a pool path or the prefill ranks once they are busy >= SATURATED of the
+    time (their queue then shows in TTFT), else decode (its ranks step whenever they hold a batch, so
+    their busy share is ~100% at any load: it is the batch growing that lowers tok/s/user)."""
+    paths = {k: v for k, v in run.get("pool_path_util", {}).items() if v >= SATURATED}
+    if paths:
+        name, value = max(paths.items(), key=lambda kv: kv[1])
+        return f"pool path {name} ({value:.0%} busy)"
+    if run["prefill_util"] >= SATURATED:
+        return f"prefill ranks ({run['prefill_util']:.0%} busy, TTFT P90 {run['ttft_p90_s']:.1f} s)"
+    return f"decode batch (prefill {run['prefill_util']:.0%} busy)"
 
 
 def _num(v: float | None, fmt: str = "{:,.0f}") -> str:
@@ -90,10 +91,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench/results/agentx-rack"))
     ap.add_argument("--readme", type=Path, default=Path("README.md"))
     ap.add_argument("--command", action="append", default=[], help="the command that produced a sweep file")
+    ap.add_argument("--target-tps-user", default="", help="comma-separated targets (default: the sweeps')")
+    ap.add_argument("--base", default=None, help="scenario the ratios are relative to (default: the first)")
     args = ap.parse_args()
     files = [json.loads(p.read_text()) for p in args.sweeps]
     rows = [r for f in files for r in f["runs"]]
-    payload = sweep_payload(rows, files[0]["target_tps_user"])
+    targets = [float(t) for t in args.target_tps_user.split(",") if t] or files[0]["target_tps_user"]
+    payload = sweep_payload(rows, targets, args.base)
     payload["produced_by"] = args.command
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sweep.json").write_text(json.dumps(payload, indent=1, default=float) + "\n")

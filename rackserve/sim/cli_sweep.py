@@ -21,12 +21,12 @@ def in_process(points):
     return [run_point(p) for p in points]
 
 
-def sweep_payload(rows: list[dict], targets: list[float]) -> dict:
+def sweep_payload(rows: list[dict], targets: list[float], base_scenario: str | None = None) -> dict:
     from rackserve.sim.sweep import curves, ratios
 
     curve_rows = curves(rows, targets)
-    return {"schema": SCHEMA, "target_tps_user": targets, "curves": curve_rows, "ratios": ratios(curve_rows, targets),
-            "runs": rows}
+    return {"schema": SCHEMA, "target_tps_user": targets, "curves": curve_rows,
+            "ratios": ratios(curve_rows, targets, base_scenario), "runs": rows}
 
 
 @sweep_app.command()

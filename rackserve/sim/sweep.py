@@ -150,13 +150,16 @@ def curves(rows: Sequence[dict], targets: Sequence[float] = ()) -> list[dict]:
     return out
 
 
-def ratios(curve_rows: Sequence[dict], targets: Sequence[float]) -> list[dict]:
-    """Throughput/GPU at each target relative to the first scenario's, per policy (P50 frontier)."""
+def ratios(curve_rows: Sequence[dict], targets: Sequence[float], base_scenario: str | None = None) -> list[dict]:
+    """Throughput/GPU at each target relative to the base scenario's (default: the first), per policy
+    (P50 frontier)."""
     out = []
     for policy in sorted({c["policy"] for c in curve_rows}):
         mine = [c for c in curve_rows if c["policy"] == policy]
-        base = mine[0]
-        for c in mine[1:]:
+        base = next((c for c in mine if c["scenario"] == base_scenario), mine[0])
+        for c in mine:
+            if c is base:
+                continue
             for t in targets:
                 a, b = base["at_target"][f"{t:g}"]["p50"], c["at_target"][f"{t:g}"]["p50"]
                 out.append({"policy": policy, "target_tps_user": t, "base": base["scenario"], "other": c["scenario"],
