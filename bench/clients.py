@@ -8,7 +8,7 @@ clock holds (lag ~0) the two agree up to the front door's own overhead (bench/fr
 
     .venv/bin/python bench/clients.py [--time-scale auto] [--requests 16] [--concurrency 4]
 AIPerf runs from .venv-aiperf (built by .ci/run), guidellm from .venv-guidellm when present
-(bench/guidellm_venv.sh builds it). Writes bench/results/clients.json and prints a table.
+(bench/guidellm.py builds it). Writes bench/results/clients.json and prints a table.
 """
 
 from __future__ import annotations
@@ -149,6 +149,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--isl", type=int, default=128)
     parser.add_argument("--osl", type=int, default=32)
+    parser.add_argument("--out", default="clients.json", help="file name in bench/results/")
     args = parser.parse_args()
     started = time.time()
     result = run(args)
@@ -156,9 +157,10 @@ def main() -> None:
                "machine": {"cpus": os.cpu_count(), "load_1m": os.getloadavg()[0],
                            "python": platform.python_version()},
                "wall_s": round(time.time() - started, 1)}
-    out = REPO / "bench" / "results" / "clients.json"
+    out = REPO / "bench" / "results" / args.out
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"time_scale {result['time_scale']:g}  {result['picked']}")
+    # (sim x scale: the server's mean simulated TTFT / TPOT over the client's run, x time_scale)
     print(f"{'client':20s} {'TTFT ms':>9s} {'sim x scale':>11s} {'ITL ms':>8s} {'sim x scale':>11s}"
           f" {'lag s':>7s} {'errors':>6s}")
     for r in result["rows"]:
