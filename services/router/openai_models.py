@@ -193,6 +193,19 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    # vLLM's message fields: a reply's reasoning is not part of the prompt (ignored); tool calls
+    # would be, and this model has no tools (accepted only empty)
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: list[Any] | None = None
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _no_tool_calls(cls, value: list[Any] | None) -> list[Any] | None:
+        if value:
+            raise ValueError("not supported by this server (a text model without tools)")
+        return value
 
     def text(self) -> str:
         if self.content is None:

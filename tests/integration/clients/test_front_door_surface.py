@@ -135,3 +135,16 @@ def test_sim_headers(live_cluster) -> None:
         last = [json.loads(line[6:]) for line in stream.iter_lines()
                 if line.startswith("data: {")][-1]
     assert ttft == pytest.approx(last["rackserve"]["ttft_s"], abs=1e-6)
+
+
+def test_chat_with_vllm_message_and_request_fields(live_cluster) -> None:
+    messages = [{"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "ok", "reasoning_content": "r", "tool_calls": []},
+                {"role": "user", "content": "again"}]
+    body = {"model": MODEL, "messages": messages, "max_completion_tokens": 2, "tool_choice": "none",
+            "add_generation_prompt": True, "chat_template_kwargs": {"enable_thinking": False}}
+    reply = post(live_cluster.base_url, "/v1/chat/completions", body)
+    assert reply.status_code == 200, reply.text
+    tools = {**body, "tools": [{"type": "function", "function": {"name": "f"}}]}
+    reply = post(live_cluster.base_url, "/v1/chat/completions", tools)
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "tools"
