@@ -20,6 +20,7 @@ up: $(STAMP)
 	$(BIN)/rackserve up $(ARGS)
 
 test: $(STAMP)
+	@command -v prometheus >/dev/null || echo "NOTE: prometheus is not on PATH, so its tests will be skipped; get it with: apt-get install -y --no-install-recommends prometheus"
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -25,6 +25,10 @@ from services.child_process import stop_child
 SCRAPE_INTERVAL_S = 1.0  # the twin's time runs fast: scrape often so short runs show up
 
 
+INSTALL_HINT = "apt-get install -y --no-install-recommends prometheus (prometheus and promtool)"
+MISSING = f"Prometheus not on PATH; get it with: {INSTALL_HINT}"  # every skip for it says this
+
+
 def binary() -> str | None:
     """Path of the prometheus binary, or None when it is not installed."""
     return shutil.which("prometheus")

@@ -54,3 +54,13 @@ def live_cluster():
     proc.start(timeout_s=240)
     yield proc
     proc.stop()
+
+
+# --- Prometheus: its tests skip when the binary is absent; the summary says so out loud. ---
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
+    from services.prometheus_server import MISSING
+
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if MISSING in str(r.longrepr)]
+    if skipped:
+        terminalreporter.section("PROMETHEUS TESTS NOT RUN", sep="!", red=True, bold=True)
+        terminalreporter.line(f"{len(skipped)} test(s) skipped. {MISSING}", red=True, bold=True)

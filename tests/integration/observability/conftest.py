@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from services.prometheus_server import PrometheusServer, binary
+from services.prometheus_server import MISSING, PrometheusServer, binary
 from services.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -82,7 +82,7 @@ def _own_launcher(log_dir: Path) -> tuple[str, Path, subprocess.Popen, str | Non
 @pytest.fixture(scope="session")
 def prometheus(obs_cluster):
     if binary() is None:
-        pytest.skip("prometheus binary not installed (apt-get install prometheus)")
+        pytest.skip(MISSING)
     if obs_cluster.prometheus_url:  # `rackserve up` started one: query it (it stops it itself)
         yield PrometheusServer(
             obs_cluster.scrape_targets, port=int(obs_cluster.prometheus_url.rsplit(":", 1)[1])

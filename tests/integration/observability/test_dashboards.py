@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from rackserve.metrics import ProcessMetrics
+from services.prometheus_server import MISSING
 
 ROOT = Path(__file__).resolve().parents[3]
 GRAFANA = ROOT / "deploy" / "grafana"
@@ -127,7 +128,7 @@ def test_every_metric_a_panel_reads_is_defined_in_rackserve_metrics():
 
 
 @pytest.mark.skipif(
-    shutil.which("promtool") is None, reason="promtool comes with the prometheus package"
+    shutil.which("promtool") is None, reason=MISSING
 )
 def test_every_expression_is_valid_promql(tmp_path):
     rules = {

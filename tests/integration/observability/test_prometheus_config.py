@@ -11,12 +11,12 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from services.prometheus_server import render_config
+from services.prometheus_server import MISSING, render_config
 
 ROOT = Path(__file__).resolve().parents[3]
 STATIC = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 needs_promtool = pytest.mark.skipif(
-    shutil.which("promtool") is None, reason="promtool comes with prometheus"
+    shutil.which("promtool") is None, reason=MISSING
 )
 
 
