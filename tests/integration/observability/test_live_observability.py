@@ -198,3 +198,26 @@ def test_info_endpoint_gives_the_clock_bench_converts_with(bench_run, prometheus
     )
     result = json.loads((bench_run["dir"] / "result.json").read_text())
     assert result["time_scale"] == pytest.approx(info["time_scale"]) and info["time_scale"] > 0
+
+
+def test_scraped_values_equal_the_services_own_counts(prometheus, bench_run):
+    """Not just "some finite value": Prometheus's answer for a panel's series converges to exactly
+    what the router's /metrics says (nothing is sent meanwhile), and that count covers the bench's
+    requests and the prefix hits the bench measured."""
+    base = bench_run["url"]
+    result = json.loads((bench_run["dir"] / "result.json").read_text())
+    for name in ("rackserve_requests_total", "vllm:prefix_cache_queries_total",
+                 "vllm:prefix_cache_hits_total"):  # fmt: skip
+        own = _counter_sum(base, name)
+        expr = f'sum({{__name__="{name}"}})'
+        end = time.monotonic() + 30.0
+        while (scraped := _scalar(prometheus.query(expr))) != own:
+            assert time.monotonic() < end, (name, scraped, own)
+            time.sleep(0.5)
+    assert _counter_sum(base, "rackserve_requests_total") >= BENCH_REQUESTS
+    assert result["cached_token_share"] > 0
+    assert _counter_sum(base, "vllm:prefix_cache_hits_total") > 0
+
+
+def _scalar(result: list) -> float | None:
+    return float(result[0]["value"][1]) if result else None

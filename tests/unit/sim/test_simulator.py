@@ -160,3 +160,24 @@ def test_speculative_decoding_shortens_tpot_by_the_accepted_tokens():
     # at these small batches the 5-position verify step costs about one plain step (plus the draft),
     # so TPOT falls by about the 3.65 accepted tokens
     assert 1 / 3.65 < ratio < 0.45
+
+
+def test_a_hot_prefix_survives_a_pool_too_small_for_two_chains(timing):
+    """Issue 17 defect 1: a hot 40-block chain alternates with cold 40-block chains on a pool
+    that holds 70 blocks (rank caches hold one). With prefix-closed eviction (a tail before its
+    parent) most of the hot prefix stays matchable: measured 0.29 against an ideal of 0.48.
+    The old head-first LRU dropped the hot chain's first blocks, so nothing matched: 0.0."""
+    blocks = 40
+
+    def chain(seed: int) -> tuple[int, ...]:
+        return tuple(range(seed * 1000, seed * 1000 + blocks))
+
+    reqs = []
+    for k in range(30):
+        for hashes in (chain(1), chain(100 + k)):
+            reqs.append(Request(len(reqs), len(reqs) * 5.0, blocks * 64, 2, hashes))
+    block = 890 * 64
+    res = _run(_scenario(prefill=1, pool=(70 * block, 1), sim={"rank_cache_tokens": 64}), timing, reqs)
+    ideal = ideal_hit_rate(reqs, 64)
+    assert res.evictions["pool_hbm"] > 0
+    assert 0.5 * ideal < res.hit_rate < ideal, (res.hit_rate, ideal)
