@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import httpx
-from load import start_cluster  # bench/load.py: `rackserve up` as a subprocess, its URLs
+import load  # bench/load.py: `rackserve up` as a subprocess, its URLs
 
 from services.launcher import DEFAULT_CONFIG
 from services.redis_server import free_port
@@ -80,7 +80,8 @@ async def rounds(base: str, args) -> dict:
 
 def run(label: str, env: dict[str, str], args) -> dict:
     os.environ.update(env)
-    proc, urls = start_cluster(Path(DEFAULT_CONFIG), free_port())
+    load.LIMITS = {"TIME_SCALE": "0"}  # the default front-door limits (load.py sets tiny ones), unpaced
+    proc, urls = load.start_cluster(Path(DEFAULT_CONFIG), free_port())
     try:
         result = asyncio.run(rounds(urls["OpenAI API"].removesuffix("/v1"), args))
     finally:
@@ -100,11 +101,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--starved-blocks", type=int, default=128, help="engine.cache_blocks_per_rank")
     args = parser.parse_args()
-    unpaced = {"RACKSERVE_CLUSTER__TIME_SCALE": "0", "RACKSERVE_CLUSTER__PROMETHEUS": "false"}
+    unpaced = {"RACKSERVE_CLUSTER__PROMETHEUS": "false"}
     runs = [run("as configured", unpaced, args),
             run(f"starved ({args.starved_blocks} blocks/rank)",
                 {**unpaced, "RACKSERVE_ENGINE__CACHE_BLOCKS_PER_RANK": str(args.starved_blocks)}, args)]
-    same = runs[0]["texts"] == runs[1]["texts"] and None not in runs[0]["texts"].values()
+    texts = [r["texts"] for r in runs]
+    same = texts[0] == texts[1] and None not in texts[0].values()
     report = {"command": "python bench/preemption.py " + " ".join(sys.argv[1:]), "args": vars(args),
               "greedy_outputs_identical": same,
               "runs": [{k: v for k, v in r.items() if k != "texts"} for r in runs]}

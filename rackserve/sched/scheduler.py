@@ -181,6 +181,44 @@ class RankScheduler:
         self.waiting.appendleft(seq)
         return freed
 
+    # -- leaps over identical decode steps (the simulator) ------------------------------------------
+    def decode_leap_steps(self, plan: SchedulerOutput) -> int:
+        """After scheduling `plan`: how many identical decode steps, this one included, the rank
+        can run before anything but context length changes (a finish, an admission, a preemption).
+        The KV bound is safe: each running sequence needs at most one new block per block_size
+        steps, so `1 + block_size * (free // running)` steps fit the free blocks."""
+        n = len(self.running)
+        if plan.preempted or not n or len(plan.seqs) != n:
+            return 1
+        if any(s.num_new_tokens != 1 or self._seqs[s.req_id].pending != 1 for s in plan.seqs):
+            return 1
+        # A waiting sequence could not get its blocks this step; free blocks only shrink until
+        # a finish, so it stays waiting for the whole leap.
+        finish = min(seq.decode_left for seq in self.running)
+        if self.kv is None:
+            return finish
+        return max(1, min(finish, 1 + self.kv.block_size * (self.kv.num_free_blocks // n)))
+
+    def advance_decode(self, steps: int) -> list[SeqState]:
+        """Apply `steps` more identical decode steps to every running sequence (after `update` of
+        the leap's first step; at most `decode_leap_steps - 1`). Returns those that finished."""
+        ended = []
+        for seq in self.running:
+            if self.kv is not None:
+                assert self.kv.allocate(seq, steps) is not None, "leap longer than the KV bound"
+            seq.computed_tokens += steps
+            seq.generated += steps
+            if self.kv is not None:
+                self.kv.commit_full(seq)
+            if seq.decode_left <= 0:
+                ended.append(seq)
+        for seq in ended:
+            self.running.remove(seq)
+            del self._seqs[seq.req_id]
+            if self.kv is not None:
+                self.kv.free(seq)
+        return ended
+
     # -- the simulator's lazy decode path (no KV ledger) -------------------------------------------
     def promote_decode(self) -> list[SeqState]:
         """Move waiting sequences into the lazy decode batch while slots and the KV reservation

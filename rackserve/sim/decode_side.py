@@ -77,14 +77,14 @@ class DecodeSide:
 
     def _kick_decode(self, now: float, idx: int) -> list[Event]:
         """New work for a decode instance: start a leap if idle, else cut the current leap short at
-        the next step boundary so the newcomer joins the batch there (a single scheduled step of a
-        bounded-KV instance is not cut: the newcomer joins the next one)."""
+        the next step boundary so the newcomer joins the batch there (a bounded-KV instance's first
+        step is already scheduled, so its leap keeps at least that step)."""
         leap = self._leaps[idx]
         if leap is None:
             return self._start_leap(now, idx)
-        if self._bounded(idx):
-            return []
         done = math.ceil((now - leap.start) / leap.step_s - 1e-9)
+        if self._bounded(idx):
+            done = max(done, 1)
         if done >= leap.steps:
             return []
         self._versions[idx] += 1
@@ -98,23 +98,28 @@ class DecodeSide:
         return self.decode[idx].ranks[0].kv is not None
 
     def _start_decode_step(self, now: float, idx: int) -> list[Event]:
-        """One scheduled step of a bounded-KV decode instance (decode tokens, resumed sequences'
-        recompute chunks, preemptions), priced as it is: KV use changes every step, so no leap."""
+        """A scheduled step of a bounded-KV decode instance (decode tokens, resumed sequences'
+        recompute chunks, preemptions); when it is pure decode, a leap over the identical steps
+        that follow while the free blocks surely last (priced at the middle step, as the lazy path)."""
         inst = self.decode[idx]
         plans = [sched.schedule() for sched in inst.ranks]
         self.metrics.preemptions += sum(len(p.preempted) for p in plans)
         if all(p.empty for p in plans):
             inst.busy, self._leaps[idx] = False, None
             return []
-        # per output token: with MTP a pure decode step is a speculative step / its accepted tokens
-        cost = self.timing.decode_token_time(inst.layout, StepBatch(tuple(p.rank_batch() for p in plans)))
+        steps = min(s.decode_leap_steps(p) for s, p in zip(inst.ranks, plans, strict=True) if not p.empty)
+        mid = (steps - 1) // 2
+        batches = [p.rank_batch() for p in plans]
+        batches = [RankBatch(b.new_tokens, b.cached_tokens + mid, b.pool_hbm_tokens, b.pool_dram_tokens)
+                   for b in batches]
+        cost = self.timing.step_time("decode", inst.layout, StepBatch(tuple(batches)))
         runs = [(sched.seq(s.req_id), s.num_new_tokens) for sched, p in zip(inst.ranks, plans, strict=True)
                 for s in p.seqs]
         joined = [seq for seq, n in runs if seq.payload.first_token < 0 and n == seq.pending]  # first sample
         self._versions[idx] += 1
         inst.busy, inst.plans = True, plans
-        self._leaps[idx] = Leap(now, 1, cost.total_s, cost, self._versions[idx], joined)
-        return [DecodeLeapEnd(now + cost.total_s, idx, self._versions[idx])]
+        self._leaps[idx] = Leap(now, steps, cost.total_s, cost, self._versions[idx], joined)
+        return [DecodeLeapEnd(now + steps * cost.total_s, idx, self._versions[idx])]
 
     def _start_leap(self, now: float, idx: int, joined: list | None = None) -> list[Event]:
         if self._bounded(idx):
@@ -154,7 +159,10 @@ class DecodeSide:
         out: list[Event] = []
         if self._bounded(idx):
             for sched, plan in zip(inst.ranks, inst.plans, strict=True):
-                for seq in sched.update(plan):
+                ended = sched.update(plan)
+                if leap.steps > 1:
+                    ended += sched.advance_decode(leap.steps - 1)
+                for seq in ended:
                     out.extend(self._finish(now, seq.payload))
         for sched in inst.ranks:
             if len(sched.decoding):

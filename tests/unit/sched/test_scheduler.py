@@ -146,3 +146,21 @@ def test_lazy_decode_leap_equals_scheduled_steps_without_a_ledger():
         return finished
 
     assert sorted(run(lazy=True)) == sorted(run(lazy=False)) == [(0, 3), (1, 5), (2, 5)]
+
+
+def test_leaps_with_a_ledger_equal_step_by_step():
+    def run(leap: bool) -> tuple[list[tuple[str, int]], int]:
+        s = RankScheduler(SchedulerLimits(max_num_batched_tokens=64), kv=_ledger(14))
+        for i, (prompt, out) in enumerate(((9, 12), (5, 20), (13, 7), (3, 30))):
+            s.admit(SeqState(f"s{i}", prompt + 1, out, computed_tokens=prompt))
+        finished, step = [], 0
+        while len(s):
+            plan = s.schedule()
+            k = s.decode_leap_steps(plan) if leap else 1
+            ended = s.update(plan) + (s.advance_decode(k - 1) if k > 1 else [])
+            step += k
+            finished += [(q.req_id, step) for q in ended]
+        return sorted(finished), s.num_preemptions
+
+    stepped, leaped = run(leap=False), run(leap=True)
+    assert stepped == leaped and stepped[1] > 0  # the same finishes and preemptions
