@@ -38,7 +38,7 @@ def _num(v: float | None, fmt: str = "{:,.0f}") -> str:
     return "n/a" if v is None else fmt.format(v)
 
 
-def section(payload: dict, files: list[str]) -> str:
+def section(payload: dict, files: list[str], notes: list[str] = ()) -> str:
     runs = {(r["scenario"], r["policy"], r["concurrency"]): r for r in payload["runs"]}
     targets = payload["target_tps_user"]
     lines = [BEGIN, "## AgentX on the rack", "",
@@ -71,6 +71,8 @@ def section(payload: dict, files: list[str]) -> str:
         for r in payload["ratios"]:
             lines.append(f"- {r['policy']} at {r['target_tps_user']:g} tok/s/user: {r['other']} / {r['base']} = "
                          f"{_num(r['ratio'], '{:.2f}x')}")
+    if notes:
+        lines += ["", "Caveats:", ""] + [f"- {n}" for n in notes]
     lines += ["", "![frontiers](bench/results/agentx-rack/sweep-frontier.png)", "",
               "Produced by: " + "; ".join(f"`{f}`" for f in files), END]
     return "\n".join(lines)
@@ -92,6 +94,7 @@ def main() -> None:
     ap.add_argument("--readme", type=Path, default=Path("README.md"))
     ap.add_argument("--command", action="append", default=[], help="the command that produced a sweep file")
     ap.add_argument("--target-tps-user", default="", help="comma-separated targets (default: the sweeps')")
+    ap.add_argument("--note", action="append", default=[], help="a caveat line for the section")
     ap.add_argument("--base", default=None, help="scenario the ratios are relative to (default: the first)")
     args = ap.parse_args()
     files = [json.loads(p.read_text()) for p in args.sweeps]
@@ -102,8 +105,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sweep.json").write_text(json.dumps(payload, indent=1, default=float) + "\n")
     plot_frontiers(payload["curves"], args.out / "sweep-frontier.png", payload["target_tps_user"])
-    write_readme(args.readme, section(payload, args.command or [str(p) for p in args.sweeps]))
-    print(section(payload, args.command))
+    text = section(payload, args.command or [str(p) for p in args.sweeps], args.note)
+    write_readme(args.readme, text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -13,23 +13,27 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def plot_frontiers(curve_rows: Sequence[dict], path: Path, targets: Sequence[float] = ()) -> None:
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for c in curve_rows:
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    scenarios = sorted({c["scenario"] for c in curve_rows})
+    policies = sorted({c["policy"] for c in curve_rows})
+    colors = plt.get_cmap("tab10")
+    for c in curve_rows:  # colour = scenario, marker = policy
         f50, f90 = c["frontier_p50"], c["frontier_p90"]
+        color = colors(scenarios.index(c["scenario"]) % 10)
+        marker = "osD^v<>"[policies.index(c["policy"]) % 7]
         label = f"{c['scenario']} {c['policy']}"
-        (line,) = ax.plot([p["user_tps_p50"] for p in f50], [p["throughput_per_gpu"] for p in f50],
-                          marker="o", label=f"{label} P50")
-        ax.plot([p["user_tps_p90"] for p in f90], [p["throughput_per_gpu"] for p in f90], marker=".",
-                linestyle="--", color=line.get_color(), label=f"{label} P90")
+        ax.plot([p["user_tps_p50"] for p in f50], [p["throughput_per_gpu"] for p in f50], marker=marker,
+                color=color, label=f"{label} P50")
+        ax.plot([p["user_tps_p90"] for p in f90], [p["throughput_per_gpu"] for p in f90], marker=marker,
+                markersize=3, linestyle="--", color=color, alpha=0.5)
         pk = c["peak"]
-        ax.scatter([pk["user_tps_p50"]], [pk["throughput_per_gpu"]], marker="*", s=160, color=line.get_color(),
-                   zorder=5)
+        ax.scatter([pk["user_tps_p50"]], [pk["throughput_per_gpu"]], marker="*", s=160, color=color, zorder=5)
     for t in targets:
         ax.axvline(t, color="grey", linestyle=":", linewidth=1)
         ax.annotate(f"{t:g} tok/s/user", (t, ax.get_ylim()[1]), fontsize=7, rotation=90, va="top", ha="right")
     ax.set_xlabel("interactivity: output tok/s per user (1000 / TPOT ms)")
     ax.set_ylabel("throughput per GPU ((input + output) tok/s)")
-    ax.set_title("Pareto frontiers (stars: peak throughput)")
+    ax.set_title("Pareto frontiers: P50 solid, P90 dashed (stars: peak throughput)")
     ax.legend(fontsize=6)
     ax.grid(alpha=0.3)
     fig.tight_layout()
