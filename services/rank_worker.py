@@ -109,7 +109,13 @@ class RankWorker:
         self._seqs: dict[str, _Seq] = {}
 
     def ready(self) -> bool:
-        return True
+        """The health probe's question (services/rank_probe.py), answered on the actor's thread (a
+        stopped or stuck rank does not answer at all): can this rank take work? Not when its KV
+        cache leaked blocks: with no request left every block must be free again."""
+        if self.engine.has_unfinished():
+            return True
+        cache = self.engine.stats().cache
+        return cache.num_free == cache.num_blocks
 
     # -- admission -----------------------------------------------------------------------------
     def submit_prefill(self, request_id: str, prompt: list[int], params: dict) -> Admitted:

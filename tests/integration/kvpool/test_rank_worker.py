@@ -51,3 +51,14 @@ def test_reported_hits_are_what_the_engine_started_from(make_pool, redis_server)
         assert reused(emitted) + computed == len(prompt), (rid, emitted.reused, computed)
     assert reused(out["a"][2]) < 5 * 16  # the engine did lose some of what admission found
 
+
+
+def test_ready_is_false_when_the_cache_leaked_blocks(make_pool, redis_server) -> None:
+    """`ready` (the health probe's question) used to answer True whatever the rank's state."""
+    server, _ = make_pool()
+    w = worker(server, redis_server, 16, 0)
+    assert w.ready()
+    run(w, {"a": [t % 200 + 1 for t in range(40)]})
+    assert w.ready()  # the finished request gave its blocks back (cached ones stay evictable)
+    w.engine.cache.acquire([0])  # a block referenced by no request: leaked
+    assert not w.ready()
