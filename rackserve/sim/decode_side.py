@@ -112,7 +112,8 @@ class DecodeSide:
         batches = [p.rank_batch() for p in plans]
         batches = [RankBatch(b.new_tokens, b.cached_tokens + mid, b.pool_hbm_tokens, b.pool_dram_tokens)
                    for b in batches]
-        cost = self.timing.step_time("decode", inst.layout, StepBatch(tuple(batches)))
+        # per output token: with MTP a pure decode step is a speculative step / its accepted tokens
+        cost = self.timing.decode_token_time(inst.layout, StepBatch(tuple(batches)))
         runs = [(sched.seq(s.req_id), s.num_new_tokens) for sched, p in zip(inst.ranks, plans, strict=True)
                 for s in p.seqs]
         joined = [seq for seq, n in runs if seq.payload.first_token < 0 and n == seq.pending]  # first sample
