@@ -12,3 +12,12 @@ SERVER_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 ]
+
+# Clients of a service that may restart (the supervisor brings it back within seconds): gRPC's
+# default reconnect backoff grows to 120 s, which would keep a channel failing long after the
+# server is back; cap it so calls reach the restarted server within about a second.
+RECONNECT_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]

@@ -8,6 +8,7 @@ Stream `rackserve:kv-events`; one entry per `KVEvent` with string fields:
   tier      "rank_hbm" | "pool_hbm" | "pool_dram"
   parent    hash preceding the first listed block (decimal), "" = chain root
   hashes    block hashes, packed little-endian uint64 (8 bytes each; empty for cleared)
+  epoch     the publisher's incarnation (decimal; absent = 0): a larger one restarts its seq at 1
 A reader resumes after any stream id ("0-0" replays everything kept) and tracks each publisher's
 last seq, so a gap (a missed or trimmed event) is reported instead of silently trusted.
 """
@@ -36,6 +37,7 @@ def encode(event: KVEvent) -> dict[str, bytes | str]:
         "tier": event.tier,
         "parent": "" if event.parent_hash is None else str(event.parent_hash),
         "hashes": np.asarray(event.block_hashes, dtype=_U64_LE).tobytes(),
+        "epoch": str(event.epoch),
     }
 
 
@@ -49,6 +51,7 @@ def decode(fields: dict[bytes, bytes]) -> KVEvent:
         tier=fields[b"tier"].decode(),  # type: ignore[arg-type]
         block_hashes=tuple(int(h) for h in hashes),
         parent_hash=int(parent) if parent else None,
+        epoch=int(fields.get(b"epoch", b"0")),
     )
 
 
@@ -91,8 +94,9 @@ class KVEventReader:
     """Follows the stream from `last_id`, checking each publisher's sequence numbers.
 
     After `read_batch`, `gaps` lists every jump (expected seq n, got m != n); a consumer that sees
-    one should rebuild that publisher's view. Seq 1 again is a publisher restart, not a gap: a
-    restarted publisher starts with `cleared` events (the pool does).
+    one should rebuild that publisher's view. A larger epoch, or seq 1 again, is a publisher
+    restart, not a gap (a restarted publisher starts with `cleared` events); events of an older
+    epoch than the one followed are left out.
     """
 
     client: redis.Redis
@@ -100,18 +104,26 @@ class KVEventReader:
     stream: str = STREAM
     last_seq: dict[Publisher, int] = field(default_factory=dict)
     gaps: list[Gap] = field(default_factory=list)
+    epochs: dict[Publisher, int] = field(default_factory=dict)
 
     def read_batch(self, count: int | None = 1000, block_ms: int | None = None) -> list[KVEvent]:
         batch = read(self.client, self.last_id, count, block_ms, self.stream)
         events = []
         for entry_id, event in batch:
             self.last_id = entry_id
-            self._check(event)
-            events.append(event)
+            if self._check(event):
+                events.append(event)
         return events
 
-    def _check(self, event: KVEvent) -> None:
+    def _check(self, event: KVEvent) -> bool:
+        epoch = self.epochs.setdefault(event.publisher, event.epoch)
+        if event.epoch < epoch:
+            return False
+        if event.epoch > epoch:
+            self.epochs[event.publisher] = event.epoch
+            self.last_seq.pop(event.publisher, None)
         expected = self.last_seq.get(event.publisher, 0) + 1
         if event.seq != expected and not (event.seq == 1 and expected > 1):
             self.gaps.append(Gap(event.publisher, expected, event.seq))
         self.last_seq[event.publisher] = event.seq
+        return True

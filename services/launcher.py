@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,14 @@ from rackserve.config import Config, load_config
 from services.prometheus_server import PrometheusServer, cluster_targets, start_if_available
 from services.redis_server import RedisServer, free_port
 from services.router.limits import check_bind
+from services.supervisor import (  # noqa: F401 - descendants: used by tests and bench
+    Child,
+    Supervised,
+    Supervisor,
+    descendants,
+    stop_all,
+    supervised_child,
+)
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "scenarios" / "local.yaml"
 RAY_ENV = {
@@ -35,50 +42,7 @@ RAY_ENV = {
     # default (a 10-minute soak grew the GCS by ~316 MiB); the twin reads none of them.
     "RAY_task_events_max_num_task_in_gcs": "10000",
 }
-STOP_GRACE_S = 30.0  # the Ray head drains up to ~10 s after SIGTERM
-
-
-def descendants(pid: int) -> list[int]:
-    """PIDs of every live descendant of `pid` (from /proc), children first."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-@dataclass
-class Child:
-    name: str
-    proc: subprocess.Popen
-    log_path: Path
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> None:
-        """SIGTERM, wait, SIGKILL; then kill by PID whatever it spawned and left behind."""
-        spawned = descendants(self.proc.pid)
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for pid in spawned:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+POLL_S = 0.2  # how often the launcher checks its children (a dead one is seen within this)
 
 
 @dataclass
@@ -94,19 +58,21 @@ class Cluster:
     urls: dict[str, str] = field(default_factory=dict)
 
     def spawn(self, name: str, args: list[str]) -> Child:
-        log_path = self.log_dir / f"{name}.log"
         env = {**os.environ, **(RAY_ENV if self.ray_is_local else {})}
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, *args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
-        child = Child(name, proc, log_path)
+        child = Child(name, [sys.executable, *args], env, self.log_dir / f"{name}.log").launch()
         self.children.append(child)
         return child
+
+    def supervisor(self) -> Supervisor:
+        """Restarts any child (and the embedded Redis, on its port) that dies, with backoff."""
+        sup = Supervisor()
+        for child in self.children:
+            sup.add(supervised_child(child))
+        if self.redis is not None:
+            redis = self.redis
+            sup.add(Supervised("redis", redis.alive, redis.revive, lambda: redis.started_at,
+                               redis.exit_code))
+        return sup
 
     @property
     def ray_is_local(self) -> bool:
@@ -252,27 +218,20 @@ class Cluster:
         # Ray's fixed default ports (client server 10001, dashboard agent 52365, autoscaler metrics
         # 44217) are moved to free ones so two local clusters (e.g. tests) can run side by side.
         env = {**os.environ, **RAY_ENV, "AUTOSCALER_METRIC_PORT": str(free_port())}
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                [
-                    str(ray_bin),
-                    "start",
-                    "--head",
-                    "--block",
-                    f"--port={port}",
-                    "--node-ip-address=127.0.0.1",
-                    f"--num-cpus={os.cpu_count() or 2}",
-                    "--include-dashboard=false",
-                    "--disable-usage-stats",
-                    f"--ray-client-server-port={free_port()}",
-                    f"--dashboard-agent-listen-port={free_port()}",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
-        child = Child("ray", proc, log_path)
+        argv = [
+            str(ray_bin),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            f"--num-cpus={os.cpu_count() or 2}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+        ]
+        child = Child("ray", argv, env, log_path).launch()
         self.children.append(child)
         wait_port(child, "127.0.0.1", port, deadline)
         wait_log(child, "Ray runtime started", deadline)  # GCS listens before the node is up
@@ -282,8 +241,7 @@ class Cluster:
         if self.prometheus is not None:
             self.prometheus.stop()
             self.prometheus = None
-        for child in reversed(self.children):
-            child.stop()
+        stop_all(self.children)
         self.children.clear()
         if self.redis is not None:
             self.redis.stop()
@@ -294,7 +252,7 @@ def _check_alive(child: Child) -> None:
     if not child.alive():
         tail = child.log_path.read_text(errors="replace")[-2000:]
         raise RuntimeError(
-            f"{child.name} exited with {child.proc.returncode}; log {child.log_path}:\n{tail}"
+            f"{child.name} exited with {child.returncode}; log {child.log_path}:\n{tail}"
         )
 
 
@@ -376,23 +334,26 @@ def main(argv: list[str] | None = None) -> int:
     cluster = Cluster(
         cfg, Path(args.config).resolve(), port or free_port(), log_dir, args.ray_address
     )
-    stopping = {"now": False}
+    state = {"up": False, "stop": False}
 
     def request_stop(*_: object) -> None:
-        stopping["now"] = True
-        raise KeyboardInterrupt
+        state["stop"] = True
+        if not state["up"]:  # interrupt a start that waits; once up, the loop sees the flag
+            raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
     try:
         cluster.start(args.timeout)
         print("rackserve is up:", flush=True)
         for name, url in cluster.urls.items():
             print(f"  {name:16s} {url}", flush=True)
-        while all(c.alive() for c in cluster.children):
-            time.sleep(0.5)
-        dead = [c.name for c in cluster.children if not c.alive()]
-        print(f"rackserve up: {', '.join(dead)} exited; stopping", file=sys.stderr, flush=True)
-        return 1
+        supervisor = cluster.supervisor()
+        state["up"] = True
+        while not state["stop"]:
+            supervisor.tick()
+            time.sleep(POLL_S)
+        return 0
     except KeyboardInterrupt:
         return 0
     except (RuntimeError, TimeoutError) as exc:

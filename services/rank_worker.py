@@ -9,6 +9,8 @@ pool by handle, recompute the partial tail and decode. Both publish their cache'
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,7 +18,7 @@ import redis
 
 from rackserve.config import Config
 from rackserve.kv.block_hash import block_hashes
-from rackserve.kv.events import Publisher
+from rackserve.kv.events import EventSequencer, KVEvent, Publisher
 from rackserve.model.config import ModelConfig
 from rackserve.model.engine import Engine
 from rackserve.model.sampling import SamplingParams
@@ -24,6 +26,10 @@ from rackserve.timing.batch import RankBatch
 from services import kvevents
 from services.engram.client import ShardedEngramTable
 from services.kv_link import PoolLink
+
+log = logging.getLogger(__name__)
+REDIS_TIMEOUT_S = 1.0  # a hung Redis must not stall the lockstep step for long
+REDIS_RETRY_S = 0.5  # while Redis is unreachable, publishing is retried at most this often
 
 
 @dataclass(frozen=True)
@@ -105,8 +111,15 @@ class RankWorker:
         )
         self.model = model
         self.pool = PoolLink(self.pool_addr, owner=f"{self.instance}/{self.rank}")
-        self._redis = redis.Redis.from_url(self.redis_url)
+        self._redis = redis.Redis.from_url(
+            self.redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
+        )
         self._seqs: dict[str, _Seq] = {}
+        # The wire numbering of this rank's events: a new epoch per actor start (a restarted
+        # actor counts from 1 again and the router's index follows it instead of ignoring it).
+        self._events = EventSequencer(Publisher(self.instance, self.rank), time.time_ns())
+        self._unsent: list[KVEvent] = []
+        self._retry_at = 0.0
 
     def ready(self) -> bool:
         """The health probe's question (services/rank_probe.py), answered on the actor's thread (a
@@ -216,9 +229,26 @@ class RankWorker:
         return self.pool.store(blocks)
 
     def _publish_events(self) -> None:
-        events = self.engine.drain_events()
-        if events:
-            kvevents.publish(self._redis, events)
+        """Publish the step's KV events; while Redis is unreachable the rank keeps serving and,
+        once it is back, starts a new epoch with `cleared` (events it could not send are lost,
+        so the router forgets this rank's blocks rather than trust a view with holes)."""
+        if self._retry_at:
+            self.engine.drain_events()
+            if time.monotonic() < self._retry_at:
+                return
+            self._events.start_over(time.time_ns())
+            self._unsent = [self._events.make("cleared", "rank_hbm")]
+        self._unsent += [self._events.restamp(e) for e in self.engine.drain_events()]
+        if not self._unsent:
+            return
+        try:
+            kvevents.publish(self._redis, self._unsent)
+        except redis.RedisError as exc:
+            if not self._retry_at:
+                log.warning("%s/%d: KV events not published (%s)", self.instance, self.rank, exc)
+            self._retry_at = time.monotonic() + REDIS_RETRY_S
+            return
+        self._unsent, self._retry_at = [], 0.0
 
 
 def _engine_params(params: dict, **override: object) -> dict:

@@ -47,6 +47,8 @@ class RedisServer:
     maxmemory_bytes: int | None = None
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _dir: str | None = field(default=None, init=False, repr=False)
+    started_at: float = field(default=0.0, init=False)  # time.monotonic() of the last start
+    _last_exit: int | None = field(default=None, init=False, repr=False)
 
     @property
     def url(self) -> str:
@@ -82,7 +84,21 @@ class RedisServer:
         self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
         self._wait_ready(timeout_s)
+        self.started_at = time.monotonic()
         return self
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def exit_code(self) -> int | None:
+        return self._last_exit if self._proc is None else self._proc.poll()
+
+    def revive(self, timeout_s: float = 5.0) -> None:
+        """Start again on the same port (empty: nothing is persisted) after the server died."""
+        if self._proc is not None:
+            self._last_exit = self._proc.poll()
+            self._proc = None
+        self.start(timeout_s)
 
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -10,7 +10,9 @@ pool) it falls back to an exact walk whose lookups run in C (map + itertools.acc
 
 Per-publisher sequence numbers: a gap marks that publisher stale (its entries are kept but not
 trusted) until a `cleared` event or `resync` rebuilds it; events at or below the last seen
-number are duplicates and ignored, so replaying a stream rebuilds the identical index.
+number are duplicates and ignored, so replaying a stream rebuilds the identical index. A larger
+epoch is a restarted publisher (its numbers start at 1 again): what it held is dropped, stale
+marks included, and its new events are followed; events of an older epoch are ignored.
 """
 
 from __future__ import annotations
@@ -69,11 +71,18 @@ class PrefixIndex:
         self._stale_bits = 0
         self._tiers_of: dict[Publisher, set[Tier]] = {}
         self._seq: dict[Publisher, int] = {}
+        self._epoch: dict[Publisher, int] = {}
 
     # ---- events -------------------------------------------------------------------------------
     def apply(self, event: KVEvent) -> bool:
-        """Apply one event; False when it is a duplicate (seq at or below the last seen)."""
+        """Apply one event; False when it is a duplicate (seq at or below the last seen) or from
+        an older epoch of its publisher."""
         pub = event.publisher
+        epoch = self._epoch.setdefault(pub, event.epoch)
+        if event.epoch < epoch:
+            return False
+        if event.epoch > epoch:
+            self._start_over(pub, event.epoch)
         last = self._seq.get(pub, 0)
         if event.seq <= last:
             return False
@@ -89,6 +98,13 @@ class PrefixIndex:
         else:
             self._reset(pub, event.tier, (), ())
         return True
+
+    def _start_over(self, pub: Publisher, epoch: int) -> None:
+        """`pub` restarted: forget every tier it held (trusted again, empty), count from 0."""
+        for tier in self._tiers_of.get(pub, ()):
+            self._reset(pub, tier, (), ())
+        self._epoch[pub] = epoch
+        self._seq[pub] = 0
 
     def apply_all(self, events: Iterable[KVEvent]) -> int:
         """Apply events in order; returns how many were new."""

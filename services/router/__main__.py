@@ -76,15 +76,25 @@ class RouterService(router_pb2_grpc.RouterServicer):
         return router_pb2.RouterHealthReply(ready=True, policy=self.core.policy_name)
 
 
-def follow_kv_events(core: RouterCore, redis_url: str, stop: threading.Event) -> None:
-    """Feed the router's prefix index from the Redis Stream (replays what is kept on start)."""
-    client = redis.Redis.from_url(redis_url)
+REDIS_TIMEOUT_S = 1.0  # a Redis that does not answer within this (plus the 200 ms block) is lost
+
+
+def follow_kv_events(
+    core: RouterCore, redis_url: str, stop: threading.Event, health: dict[str, bool]
+) -> None:
+    """Feed the router's prefix index from the Redis Stream (replays what is kept on start);
+    `health["redis"]` says whether the last read reached Redis (the front door's /ready uses it)."""
+    client = redis.Redis.from_url(
+        redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
+    )
     reader = kvevents.KVEventReader(client)
     gaps = 0
     while not stop.is_set():
         try:
             events = reader.read_batch(count=1000, block_ms=200)
+            health["redis"] = True
         except redis.RedisError:
+            health["redis"] = False
             stop.wait(0.5)
             continue
         if events:
@@ -149,14 +159,14 @@ async def serve(args: argparse.Namespace) -> None:
         cfg.cluster.decode_chunk_timeout_s,
         time_scale=cfg.cluster.time_scale,
     )
-    flag = {"ready": False}
+    flag = {"ready": False, "redis": False}
     workers = WorkerMetrics(args.worker_metrics or [])
     door = FrontDoor(
         orchestrator,
         metrics,
         cfg.engine.model_id,
         cfg.engine.max_context,
-        ready=lambda: flag["ready"],
+        ready=lambda: flag["ready"] and flag["redis"],
         merge_metrics=workers.merged_with,
     )
     grpc_server = grpc.aio.server(options=SERVER_OPTIONS)
@@ -165,7 +175,7 @@ async def serve(args: argparse.Namespace) -> None:
     await grpc_server.start()
     stop = threading.Event()
     follower = threading.Thread(
-        target=follow_kv_events, args=(core, args.redis_url, stop), daemon=True
+        target=follow_kv_events, args=(core, args.redis_url, stop, flag), daemon=True
     )
     follower.start()
     watcher = asyncio.create_task(wait_workers_ready(

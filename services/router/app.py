@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rackserve.metrics import ProcessMetrics, RequestRecord
 from rackserve.model import hf_tokenizer, tokenizer
+from rackserve.routing.view import NoRankAvailable
 from services.router.admission import RETRY_AFTER_S
 from services.router.detok import Detokenizer
 from services.router.openai_models import (
@@ -191,6 +192,15 @@ def _install_errors(app: FastAPI) -> None:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         body = error_body("internal server error (details in the router log)", kind="server_error")
         return JSONResponse(body, status_code=500)
+
+    @app.exception_handler(NoRankAvailable)
+    async def no_rank(_: Request, exc: NoRankAvailable) -> JSONResponse:
+        """Every rank is out (failed, restarting, drained): retryable, like a worker outage."""
+        return JSONResponse(
+            error_body(f"no worker available: {exc}", kind="server_error", code="unavailable"),
+            status_code=503,
+            headers={"retry-after": str(RETRY_AFTER_S)},
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -15,6 +15,7 @@ import grpc
 
 from rackserve.kv.block_hash import block_hashes
 from services._proto import decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
+from services.grpc_limits import RECONNECT_OPTIONS
 from services.router import migration
 from services.router.router_core import Route, RouterCore
 from services.router.trip import Sampling, Trip
@@ -42,8 +43,8 @@ class Orchestrator:
         self.router = router
         self.model_id = model_id
         self.block_size = block_size
-        self._prefill_channel = grpc.aio.insecure_channel(prefill_addr)
-        self._decode_channel = grpc.aio.insecure_channel(decode_addr)
+        self._prefill_channel = grpc.aio.insecure_channel(prefill_addr, options=RECONNECT_OPTIONS)
+        self._decode_channel = grpc.aio.insecure_channel(decode_addr, options=RECONNECT_OPTIONS)
         self._prefill = prefill_pb2_grpc.PrefillStub(self._prefill_channel)
         self._decode = decode_pb2_grpc.DecodeStub(self._decode_channel)
 
