@@ -70,8 +70,11 @@ class Cluster:
             sup.add(supervised_child(child))
         if self.redis is not None:
             redis = self.redis
-            sup.add(Supervised("redis", redis.alive, redis.revive, lambda: redis.started_at,
-                               redis.exit_code))
+            sup.add(
+                Supervised(
+                    "redis", redis.alive, redis.revive, lambda: redis.started_at, redis.exit_code
+                )
+            )
         return sup
 
     @property

@@ -64,6 +64,17 @@ class RankStep:
     preemptions: int = 0  # requests preempted (recompute) in this step
 
 
+@dataclass(frozen=True)
+class RankState:
+    """A rank's load right now (its gauges are set from this, not from step deltas)."""
+
+    running: int
+    waiting: int
+    queued_prompt_tokens: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+
+
 @dataclass
 class _Seq:
     prompt: list[int]
@@ -129,6 +140,17 @@ class RankWorker:
             return True
         cache = self.engine.stats().cache
         return cache.num_free == cache.num_blocks
+
+    def state(self) -> RankState:
+        load = self.engine.load()
+        cache = self.engine.stats().cache
+        return RankState(
+            load.num_requests - load.num_waiting,
+            load.num_waiting,
+            load.pending_prefill_tokens,
+            cache.num_blocks - cache.num_free,
+            cache.num_blocks,
+        )
 
     # -- admission -----------------------------------------------------------------------------
     def submit_prefill(self, request_id: str, prompt: list[int], params: dict) -> Admitted:

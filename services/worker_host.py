@@ -14,6 +14,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import ray
@@ -173,14 +174,15 @@ def make_loops(
 
 
 async def serve_grpc(
-    args: argparse.Namespace, add: Callable[[grpc.aio.Server], None], loops: dict[str, InstanceLoop]
+    args: argparse.Namespace, add: Callable[[grpc.aio.Server], None], service: Any
 ) -> None:
-    """Run the loops and the gRPC server until SIGTERM/SIGINT."""
+    """Run the service's loops, its rank-state refresh and the gRPC server until SIGTERM/SIGINT."""
     server = grpc.aio.server(options=SERVER_OPTIONS)
     add(server)
     server.add_insecure_port(f"{args.host}:{args.port}")
     await server.start()
-    tasks = [asyncio.create_task(loop.run()) for loop in loops.values()]
+    tasks = [asyncio.create_task(loop.run()) for loop in service.loops.values()]
+    tasks.append(asyncio.create_task(service.refresh_rank_state()))
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
@@ -189,3 +191,11 @@ async def serve_grpc(
     for task in tasks:
         task.cancel()
     ray.shutdown()
+
+
+async def run_worker(role: str, service_cls: Callable[[Worker], Any], add: Callable) -> None:
+    """`python -m services.<role>`: join Ray, place the instances, serve gRPC (`add` is the
+    generated add_*Servicer_to_server) until SIGTERM/SIGINT."""
+    args = worker_args(role)
+    service = service_cls(start_worker(role, args))
+    await serve_grpc(args, lambda server: add(service, server), service)

@@ -54,7 +54,9 @@ class _Pending:
 class PoolTiers:
     """All metadata of the pool. Not thread-safe: the service serializes calls with one lock."""
 
-    def __init__(self, limits: PoolLimits, publisher: Publisher = POOL_PUBLISHER) -> None:
+    def __init__(
+        self, limits: PoolLimits, publisher: Publisher = POOL_PUBLISHER, epoch: int = 0
+    ) -> None:
         self.limits = limits
         self.counters = PoolCounters()
         self._chains = PoolChains()
@@ -70,7 +72,7 @@ class PoolTiers:
         self._txns: dict[int, dict[int, None]] = {}  # txn -> hashes still reserved (chain order)
         self._txn_heap: list[tuple[float, int]] = []
         self._next_id = 1
-        self._sequencer = EventSequencer(publisher)
+        self._sequencer = EventSequencer(publisher, epoch)  # epoch: the pool process's start
         self._events: list[tuple[str, PoolTier, list[int], int | None]] = []
         self._dropped: list[int] = []
 

@@ -14,12 +14,10 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from rackserve.timing import TimingModel
-from services import rank_probe
-from services._proto import decode_pb2, decode_pb2_grpc, prefill_pb2
-from services.instance_loop import InstanceLoop, StepDone
-from services.prefill.service import call_actor, check_request, sampling_dict
-from services.topology import InstanceSpec
+from services._proto import decode_pb2, decode_pb2_grpc
+from services.instance_loop import StepDone
+from services.worker_host import Worker
+from services.worker_service import WorkerService, call_actor, check_request, sampling_dict
 
 
 @dataclass
@@ -29,15 +27,12 @@ class _Stream:
     submitted_sim_s: float = 0.0
 
 
-class DecodeService(decode_pb2_grpc.DecodeServicer):
-    def __init__(
-        self,
-        specs: dict[str, InstanceSpec],
-        actors: dict[str, list],
-        loops: dict[str, InstanceLoop],
-        timing: TimingModel,
-    ) -> None:
-        self.specs, self.actors, self.loops, self.timing = specs, actors, loops, timing
+class DecodeService(WorkerService, decode_pb2_grpc.DecodeServicer):
+    phase = "decode"
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(worker)
+        self.timing = worker.timing
         self._streams: dict[str, _Stream] = {}
 
     def on_step(self, done: StepDone) -> None:
@@ -110,12 +105,3 @@ class DecodeService(decode_pb2_grpc.DecodeServicer):
         """Simulated seconds to move the prompt's KV to the decode rank (the target moves all of it;
         the twin moves full blocks and recomputes the tail, which the step's cost charges)."""
         return self.timing.pd_transfer_s(len(request.token_ids))
-
-    async def Health(
-        self, request: prefill_pb2.WorkerHealthRequest, context: grpc.aio.ServicerContext
-    ) -> prefill_pb2.WorkerHealthReply:
-        return prefill_pb2.WorkerHealthReply(
-            ready=True,
-            instances=list(self.specs),
-            unresponsive=await rank_probe.unresponsive(self.actors),
-        )

@@ -187,7 +187,7 @@ class PoolServer:
         leftovers = self.store.claim()
         if leftovers:
             log.info("deleted %d block keys left by an earlier pool", leftovers)
-        self.servicer = PoolServicer(PoolTiers(limits), self.store, options, clock)
+        self.servicer = PoolServicer(PoolTiers(limits, epoch=time.time_ns()), self.store, options, clock)
         with self.servicer.lock:  # a fresh incarnation tells consumers to forget the old pool view
             self.servicer.tiers.clear()
             self.servicer._apply()

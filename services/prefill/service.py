@@ -4,19 +4,16 @@ the instance loop to finish it, answer with the first token, the KV handle and s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Container
 from dataclasses import dataclass
 
 import grpc
-import ray
 
-from rackserve.metrics import ProcessMetrics, RankKey
-from rackserve.sched.scheduler import QueueFull
-from services import rank_probe
+from rackserve.metrics import RankKey
 from services._proto import prefill_pb2, prefill_pb2_grpc
-from services.instance_loop import InstanceLoop, StepDone
+from services.instance_loop import StepDone
 from services.rank_worker import Admitted
-from services.topology import InstanceSpec
+from services.worker_host import Worker
+from services.worker_service import WorkerService, call_actor, check_request, sampling_dict
 
 
 @dataclass
@@ -28,66 +25,12 @@ class _Waiter:
     lag_s: float = 0.0
 
 
-def sampling_dict(params: prefill_pb2.SamplingParams) -> dict:
-    """The wire SamplingParams as plain fields for the rank actor (0 seed stays a seed)."""
-    return {
-        "temperature": params.temperature,
-        "top_p": params.top_p or 1.0,
-        "seed": params.seed,
-        "ignore_eos": params.ignore_eos,
-        "max_tokens": max(1, params.max_tokens),
-    }
+class PrefillService(WorkerService, prefill_pb2_grpc.PrefillServicer):
+    phase = "prefill"
 
-
-async def call_actor(ref: ray.ObjectRef, context: grpc.aio.ServicerContext) -> object:
-    """Await an actor call; a ValueError inside (bad input) becomes INVALID_ARGUMENT, a full rank
-    queue (rackserve.sched.QueueFull) RESOURCE_EXHAUSTED."""
-    try:
-        return await ref
-    except ray.exceptions.RayTaskError as exc:
-        if isinstance(exc.cause, QueueFull):
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc.cause))
-        if isinstance(exc.cause, ValueError):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc.cause))
-        raise
-
-
-def check_target(specs: dict[str, InstanceSpec], instance: str, rank: int) -> str | None:
-    spec = specs.get(instance)
-    if spec is None:
-        return f"instance: unknown instance {instance!r}"
-    if rank >= spec.dp_ranks:
-        return f"dp_rank: {instance} has ranks 0..{spec.dp_ranks - 1}, got {rank}"
-    return None
-
-
-def check_request(
-    specs: dict[str, InstanceSpec], instance: str, rank: int, token_ids: object, request_id: str,
-    active: Container[str],
-) -> str | None:
-    """What is wrong with a worker request (naming the field), or None: shared by prefill and decode."""
-    problem = check_target(specs, instance, rank)
-    if problem:
-        return problem
-    if not token_ids:
-        return "token_ids: must not be empty"
-    if request_id in active:
-        return f"request_id: {request_id!r} is already running here"
-    return None
-
-
-class PrefillService(prefill_pb2_grpc.PrefillServicer):
-    def __init__(
-        self,
-        specs: dict[str, InstanceSpec],
-        actors: dict[str, list],
-        loops: dict[str, InstanceLoop],
-        model_id: str,
-        block_size: int,
-        metrics: ProcessMetrics,
-    ) -> None:
-        self.specs, self.actors, self.loops, self.metrics = specs, actors, loops, metrics
-        self.model_id, self.block_size = model_id, block_size
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(worker)
+        self.model_id, self.block_size = worker.cfg.engine.model_id, worker.cfg.engine.block_size
         self._waiting: dict[str, _Waiter] = {}
 
     def on_step(self, done: StepDone) -> None:
@@ -166,13 +109,4 @@ class PrefillService(prefill_pb2_grpc.PrefillServicer):
         )
         self.metrics.ranks.record_instance_tokens(
             request.instance, "prefill", {"cached": len(request.token_ids) - found["miss"]}
-        )
-
-    async def Health(
-        self, request: prefill_pb2.WorkerHealthRequest, context: grpc.aio.ServicerContext
-    ) -> prefill_pb2.WorkerHealthReply:
-        return prefill_pb2.WorkerHealthReply(
-            ready=True,
-            instances=list(self.specs),
-            unresponsive=await rank_probe.unresponsive(self.actors),
         )

@@ -2,7 +2,9 @@
 
 Each worker process (prefill, decode) keeps its own registry and serves it on its own port, so a
 Prometheus can scrape them one by one; the front door's /metrics also merges them (family by
-family, samples concatenated) so one URL shows pacing lag and rank idle time too.
+family) so one URL shows pacing lag and rank idle time too. Every process registers every family,
+so a series the router also has (same name and labels: rackserve_requests_in_flight, the index
+gauges, ...) is the router's own: the workers' copies (their untouched defaults) are dropped.
 """
 
 from __future__ import annotations
@@ -25,14 +27,20 @@ class _Merged:
 
 
 def merge_expositions(texts: Iterable[str]) -> bytes:
-    """Prometheus text of all `texts` with each family once (samples of every source kept)."""
+    """Prometheus text of all `texts` with each family once and each series once (the first
+    text that has a series, by name and labels, gives its value)."""
     merged: dict[str, Metric] = {}
+    seen: set[tuple[str, frozenset]] = set()
     for text in texts:
         for family in text_string_to_metric_families(text):
             kept = merged.setdefault(
                 family.name, Metric(family.name, family.documentation, family.type)
             )
-            kept.samples.extend(family.samples)
+            for sample in family.samples:
+                key = (sample.name, frozenset(sample.labels.items()))
+                if key not in seen:
+                    seen.add(key)
+                    kept.samples.append(sample)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Merged(merged.values()))
     return generate_latest(registry)

@@ -1,0 +1,37 @@
+"""What the front door knows about one finished request (the input of its metrics)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rackserve.metrics.labels import STATUSES
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """What the front door knows about one finished request, in simulated seconds."""
+
+    status: str
+    prompt_cached_tokens: int
+    prompt_uncached_tokens: int
+    output_tokens: int
+    ttft_s: float | None = None
+    queue_s: float = 0.0
+    prefill_s: float = 0.0
+    kv_transfer_s: float = 0.0
+    first_decode_s: float = 0.0
+    e2e_s: float | None = None
+    inter_token_s: Sequence[float] = field(default_factory=tuple)
+    decode_engine: str = ""  # RankKey.engine of the decode rank that streamed it
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status: expected one of {STATUSES}, got {self.status!r}")
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first (vLLM's TPOT), None with < 2 tokens."""
+        if self.e2e_s is None or self.ttft_s is None or self.output_tokens < 2:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)

@@ -1,0 +1,64 @@
+"""Chaos on a live cluster: concurrent greedy streams while a decode rank's actor, the decode
+service, the prefill service, the router and Redis are killed in turn, restarting nothing by hand
+(tests/integration/reliability/chaos.py says how each request is judged). No request is lost,
+each fault's requests mostly complete, the cluster serves again after each fault, /ready turns
+false on Redis loss within 2 s, and Ctrl-C then stops everything within seconds with exit 0."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.integration.reliability.chaos import (
+    FAULTS,
+    chaos,
+    idle_metrics,
+    start_cluster,
+    stop_with_ctrl_c,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def chaos_cluster(tmp_path_factory):
+    launcher = start_cluster(tmp_path_factory.mktemp("chaos"))
+    yield launcher
+    if launcher.proc.poll() is None:
+        launcher.stop()
+
+
+def test_no_request_is_lost_while_every_part_is_killed_in_turn(chaos_cluster):
+    reports = {r.fault: r for r in asyncio.run(chaos(chaos_cluster))}
+    summary = {f: r.as_dict() for f, r in reports.items()}
+    assert list(reports) == list(FAULTS)
+    for fault, report in reports.items():
+        assert report.counts["lost"] == 0, summary[fault]
+        assert report.counts["completed"] > 0, summary[fault]
+    # A rank actor's death is invisible: its streams migrate and complete.
+    assert reports["rank_actor"].counts["clean_error"] == 0, summary["rank_actor"]
+    assert reports["rank_actor"].counts["migrated"] > 0, summary["rank_actor"]
+    assert summary["redis"]["ready_false_after_s"] is not None, summary["redis"]
+    assert summary["redis"]["ready_false_after_s"] <= 2.5, summary["redis"]  # "a second or two"
+    assert summary["redis"]["ready_true_again_after_s"] is not None, summary["redis"]
+    assert reports["redis"].counts["clean_error"] == 0, summary["redis"]  # misses only
+    assert summary["router"]["index_blocks_after_restart"] > 0, summary["router"]  # replayed
+
+
+def test_after_the_faults_metrics_are_true_once_idle(chaos_cluster):
+    idle = asyncio.run(idle_metrics(chaos_cluster.base_url))
+    assert idle["duplicated_series"] == 0, idle
+    assert idle["requests_running"] == 0 and idle["requests_waiting"] == 0, idle
+    assert idle["kv_cache_usage_perc"] == 0 and idle["requests_in_flight"] == 0, idle
+    assert idle["prefix_hit_rate_series"] > 0, idle
+
+
+def test_ctrl_c_stops_everything_within_seconds_with_exit_0(chaos_cluster):
+    pids = chaos_cluster.descendants()
+    assert pids
+    code, seconds = stop_with_ctrl_c(chaos_cluster)
+    assert code == 0 and seconds < 10.0, (code, seconds)
+    from tests.e2e.test_launcher import alive
+
+    assert not [p for p in pids if alive(p)]
