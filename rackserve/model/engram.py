@@ -114,6 +114,10 @@ class EngramTable(Protocol):
         """Rows of `table` (0 or 1) for `row_ids[..., H]` -> float32 [..., H, dim]."""
         ...
 
+    def lookup_all(self, row_ids: np.ndarray) -> list[np.ndarray]:
+        """`lookup` of every table (in table order) for the same ids: one round trip when remote."""
+        ...
+
 
 class LocalEngramTable:
     """Both Engram tables held in this process, generated from a seed."""
@@ -150,3 +154,6 @@ class LocalEngramTable:
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_rows):
             raise ValueError(f"row_ids must lie in [0, {self.num_rows})")
         return self._tables[table][ids]
+
+    def lookup_all(self, row_ids: np.ndarray) -> list[np.ndarray]:
+        return [self.lookup(t, row_ids) for t in range(NUM_TABLES)]

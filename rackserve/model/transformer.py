@@ -103,7 +103,7 @@ class Transformer:
         positions = np.concatenate([np.arange(s.start, s.end) for s in segments])
         rows = np.concatenate([s.engram_rows for s in segments])
         # Engram rows depend on token ids only, so both lookups are issued before any layer runs.
-        engram = [self.engram.lookup(t, rows) for t in range(2)]
+        engram = self.engram.lookup_all(rows)
         plan = self._plan(segments)
         x = self.w.embed[tokens]
         for index, layer in enumerate(self.w.layers):

@@ -60,18 +60,30 @@ class ShardedEngramTable:
         """Rows of `table` for `row_ids[...]` -> float32 [..., dim], fetched from all shards at once."""
         if table not in range(NUM_TABLES):
             raise ValueError(f"table must be 0 or 1, got {table}")
+        return self._lookup_tables((table,), row_ids)[0]
+
+    def lookup_all(self, row_ids: np.ndarray) -> list[np.ndarray]:
+        """Both tables' rows in one fan-out round (every shard call of both tables at once)."""
+        return self._lookup_tables(tuple(range(NUM_TABLES)), row_ids)
+
+    def _lookup_tables(self, tables: tuple[int, ...], row_ids: np.ndarray) -> list[np.ndarray]:
         ids = np.asarray(row_ids)
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_rows):
             raise ValueError(f"row_ids must lie in [0, {self.num_rows})")
         unique, inverse = np.unique(ids.astype(np.int64).reshape(-1), return_inverse=True)
         parts = np.split(unique, np.searchsorted(unique, self._starts[1:]))
-        calls = [(len(p), self._fanout.submit(self._call, s, table, p)) for s, p in enumerate(parts) if len(p)]
-        rows = np.empty((len(unique), self.dim), dtype=np.float32)
+        calls = [[(len(p), self._fanout.submit(self._call, s, t, p)) for s, p in enumerate(parts) if len(p)]
+                 for t in tables]
+        return [self._gather(c, len(unique))[inverse].reshape(ids.shape + (self.dim,)) for c in calls]
+
+    def _gather(self, calls: list[tuple[int, Future[pb.EngramLookupReply]]], count: int) -> np.ndarray:
+        """The unique ids' rows of one table from its shard calls, in id order."""
+        rows = np.empty((count, self.dim), dtype=np.float32)
         at = 0
         for n, call in calls:
             rows[at : at + n] = np.frombuffer(call.result().rows, ROW_DTYPE).reshape(n, self.dim)
             at += n
-        return rows[inverse].reshape(ids.shape + (self.dim,))
+        return rows
 
     def prefetch(self, table: int, row_ids: np.ndarray) -> Future[np.ndarray]:
         """Start `lookup` now; `.result()` when the layer needs the rows."""

@@ -51,6 +51,14 @@ def test_sharded_lookup_equals_single_table_bitwise(sharded, local):
     assert not np.array_equal(sharded.lookup(0, ids), sharded.lookup(1, ids))
 
 
+def test_lookup_all_is_both_tables_in_one_round_bitwise(sharded, local):
+    ids = np.random.default_rng(2).integers(0, CFG.engram_rows, size=(40, CFG.engram_heads))
+    got, want = sharded.lookup_all(ids), local.lookup_all(ids)
+    assert len(got) == len(want) == 2
+    for table in (0, 1):
+        assert got[table].tobytes() == want[table].tobytes() == local.lookup(table, ids).tobytes()
+
+
 def test_row_ids_from_tokens_and_prefetch(sharded, local):
     tokens = np.random.default_rng(1).integers(0, CFG.vocab_size, size=200)
     rows = sharded.row_ids(tokens)
