@@ -72,26 +72,22 @@ class ShardedEngramTable:
             raise ValueError(f"row_ids must lie in [0, {self.num_rows})")
         unique, inverse = np.unique(ids.astype(np.int64).reshape(-1), return_inverse=True)
         parts = np.split(unique, np.searchsorted(unique, self._starts[1:]))
-        calls = [[(len(p), self._fanout.submit(self._call, s, t, p)) for s, p in enumerate(parts) if len(p)]
-                 for t in tables]
-        return [self._gather(c, len(unique))[inverse].reshape(ids.shape + (self.dim,)) for c in calls]
-
-    def _gather(self, calls: list[tuple[int, Future[pb.EngramLookupReply]]], count: int) -> np.ndarray:
-        """The unique ids' rows of one table from its shard calls, in id order."""
-        rows = np.empty((count, self.dim), dtype=np.float32)
+        calls = [(len(p), self._fanout.submit(self._call, s, tables, p)) for s, p in enumerate(parts) if len(p)]
+        rows = np.empty((len(tables), len(unique), self.dim), dtype=np.float32)
         at = 0
         for n, call in calls:
-            rows[at : at + n] = np.frombuffer(call.result().rows, ROW_DTYPE).reshape(n, self.dim)
+            rows[:, at : at + n] = np.frombuffer(call.result().rows, ROW_DTYPE).reshape(len(tables), n, self.dim)
             at += n
-        return rows
+        return [rows[i][inverse].reshape(ids.shape + (self.dim,)) for i in range(len(tables))]
 
     def prefetch(self, table: int, row_ids: np.ndarray) -> Future[np.ndarray]:
         """Start `lookup` now; `.result()` when the layer needs the rows."""
         return self._prefetcher.submit(self.lookup, table, np.array(row_ids, copy=True))
 
-    def _call(self, shard: int, table: int, ids: np.ndarray) -> pb.EngramLookupReply:
-        """One shard's blocking call (run on a pool thread: cheaper than a gRPC future per call)."""
-        request = pb.EngramLookupRequest(table=table, row_ids=ids.astype(ID_DTYPE).tobytes())
+    def _call(self, shard: int, tables: tuple[int, ...], ids: np.ndarray) -> pb.EngramLookupReply:
+        """One shard's blocking call for `tables` (run on a pool thread: cheaper than a gRPC future
+        per call)."""
+        request = pb.EngramLookupRequest(tables=tables, row_ids=ids.astype(ID_DTYPE).tobytes())
         try:
             return self._stubs[shard].Lookup(request, timeout=self.timeout_s)
         except grpc.RpcError as exc:

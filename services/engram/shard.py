@@ -49,13 +49,15 @@ class ShardServicer(pb_grpc.EngramShardServicer):
         problem = self._check(request)
         if problem:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        ids = np.frombuffer(request.row_ids, ID_DTYPE)
-        rows = self.tables[request.table][ids - self.start]
-        return pb.EngramLookupReply(rows=rows.astype(ROW_DTYPE, copy=False).tobytes(), dim=self.cfg.engram_dim)
+        ids = np.frombuffer(request.row_ids, ID_DTYPE) - self.start
+        rows = b"".join(self.tables[t][ids].astype(ROW_DTYPE, copy=False).tobytes() for t in _tables(request))
+        return pb.EngramLookupReply(rows=rows, dim=self.cfg.engram_dim)
 
     def _check(self, request: pb.EngramLookupRequest) -> str:
         if request.table >= NUM_TABLES:
             return f"table: must be 0 or 1, got {request.table}"
+        if any(t >= NUM_TABLES for t in request.tables):
+            return f"tables: each must be 0 or 1, got {list(request.tables)}"
         if len(request.row_ids) % ID_DTYPE.itemsize:
             return f"row_ids: {len(request.row_ids)} bytes is not a whole number of int64"
         ids = np.frombuffer(request.row_ids, ID_DTYPE)
@@ -69,6 +71,11 @@ class ShardServicer(pb_grpc.EngramShardServicer):
         return pb.EngramInfoReply(shard=self.shard, shards=self.shards, row_start=self.start, row_stop=self.stop,
                                   num_rows=self.cfg.engram_rows, dim=self.cfg.engram_dim, seed=self.cfg.seed,
                                   max_rows_per_request=MAX_ROWS_PER_REQUEST)
+
+
+def _tables(request: pb.EngramLookupRequest) -> list[int]:
+    """The tables a request asks for, in reply order."""
+    return list(request.tables) or [request.table]
 
 
 @functools.cache
