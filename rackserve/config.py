@@ -103,6 +103,9 @@ class PoolSection(Section):
 class EngramSection(Section):
     shards: int = Field(4, gt=0)
     table_rows: int = Field(1 << 16, gt=0, description="rows per table of the small model")
+    cache_rows: int = Field(
+        16384, ge=0, description="rows per table a rank keeps from earlier lookups (0 = none)"
+    )
 
 
 class RoutingSection(Section):

@@ -110,7 +110,11 @@ class RankWorker:
     def __post_init__(self) -> None:
         model = ModelConfig.from_sections(self.cfg.engine, self.cfg.engram)
         eng = self.cfg.engine
-        table = ShardedEngramTable(self.engram_addrs, model) if self.engram_addrs else None
+        table = (
+            ShardedEngramTable(self.engram_addrs, model, cache_rows=self.cfg.engram.cache_rows)
+            if self.engram_addrs
+            else None
+        )
         self.engine = Engine.from_config(
             model,
             engram=table,

@@ -17,6 +17,7 @@ from rackserve.model.config import ModelConfig
 from rackserve.model.engram import NUM_TABLES, engram_row_ids
 from services._proto import engram_pb2 as pb
 from services._proto import engram_pb2_grpc as pb_grpc
+from services.engram.row_cache import RowCache
 from services.engram.shard import ID_DTYPE, MAX_MESSAGE_BYTES, ROW_DTYPE
 
 
@@ -27,7 +28,9 @@ class EngramUnavailable(RuntimeError):
 class ShardedEngramTable:
     """Client of shards 0..N-1 (any order of addresses); checks they tile [0, num_rows)."""
 
-    def __init__(self, addresses: Sequence[str], cfg: ModelConfig | None = None, timeout_s: float = 10.0) -> None:
+    def __init__(self, addresses: Sequence[str], cfg: ModelConfig | None = None, timeout_s: float = 10.0,
+                 cache_rows: int = 0) -> None:
+        """`cache_rows`: rows per table kept from earlier lookups (services/engram/row_cache.py)."""
         self.cfg = cfg
         self.timeout_s = timeout_s
         opts = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -45,6 +48,7 @@ class ShardedEngramTable:
         self._starts = np.array([i.row_start for i in infos], dtype=np.int64)
         self._prefetcher = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-prefetch")
         self._fanout = ThreadPoolExecutor(max_workers=2 * len(self._stubs), thread_name_prefix="engram-fanout")
+        self._caches = [RowCache(cache_rows, self.dim) for _ in range(NUM_TABLES)] if cache_rows else None
 
     @property
     def shards(self) -> int:
@@ -71,6 +75,24 @@ class ShardedEngramTable:
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_rows):
             raise ValueError(f"row_ids must lie in [0, {self.num_rows})")
         unique, inverse = np.unique(ids.astype(np.int64).reshape(-1), return_inverse=True)
+        rows = np.empty((len(tables), len(unique), self.dim), dtype=np.float32)
+        cached = self._cached(tables, unique)
+        for i, t in enumerate(tables) if cached.any() else ():
+            rows[i, cached] = self._caches[t].get(unique[cached])  # type: ignore[index]
+        missing = unique[~cached]
+        rows[:, ~cached] = self._fetch(tables, missing)
+        for i, t in enumerate(tables) if self._caches is not None and len(missing) else ():
+            self._caches[t].put(missing, rows[i, ~cached])
+        return [rows[i][inverse].reshape(ids.shape + (self.dim,)) for i in range(len(tables))]
+
+    def _cached(self, tables: tuple[int, ...], unique: np.ndarray) -> np.ndarray:
+        """Mask of the ids whose rows every table of `tables` has cached."""
+        if self._caches is None:
+            return np.zeros(len(unique), dtype=bool)
+        return np.logical_and.reduce([self._caches[t].hits(unique) for t in tables])
+
+    def _fetch(self, tables: tuple[int, ...], unique: np.ndarray) -> np.ndarray:
+        """[tables, ids, dim] rows of sorted unique ids from the shards (one call per shard)."""
         parts = np.split(unique, np.searchsorted(unique, self._starts[1:]))
         calls = [(len(p), self._fanout.submit(self._call, s, tables, p)) for s, p in enumerate(parts) if len(p)]
         rows = np.empty((len(tables), len(unique), self.dim), dtype=np.float32)
@@ -78,7 +100,7 @@ class ShardedEngramTable:
         for n, call in calls:
             rows[:, at : at + n] = np.frombuffer(call.result().rows, ROW_DTYPE).reshape(len(tables), n, self.dim)
             at += n
-        return [rows[i][inverse].reshape(ids.shape + (self.dim,)) for i in range(len(tables))]
+        return rows
 
     def prefetch(self, table: int, row_ids: np.ndarray) -> Future[np.ndarray]:
         """Start `lookup` now; `.result()` when the layer needs the rows."""

@@ -59,6 +59,21 @@ def test_lookup_all_is_both_tables_in_one_round_bitwise(sharded, local):
         assert got[table].tobytes() == want[table].tobytes() == local.lookup(table, ids).tobytes()
 
 
+def test_cached_rows_are_the_shards_rows_and_skip_the_shards(shards, local):
+    ids = np.random.default_rng(3).integers(0, CFG.engram_rows, size=(30, CFG.engram_heads))
+    with ShardedEngramTable(shards.addresses, CFG, cache_rows=CFG.engram_rows) as cached:
+        calls = []
+        cached._call = lambda *a, call=cached._call: calls.append(a) or call(*a)
+        for _ in range(2):  # the second lookup finds every row cached: no shard is called
+            got = cached.lookup_all(ids)
+            for table in (0, 1):
+                assert got[table].tobytes() == local.lookup(table, ids).tobytes()
+            assert len(calls) == 4  # the first lookup: one call per shard for both tables
+        fresh = np.append(ids[0], (ids.max() + 1) % CFG.engram_rows)  # one new id: one call
+        assert cached.lookup(0, fresh).tobytes() == local.lookup(0, fresh).tobytes()
+        assert len(calls) == 5
+
+
 def test_row_ids_from_tokens_and_prefetch(sharded, local):
     tokens = np.random.default_rng(1).integers(0, CFG.vocab_size, size=200)
     rows = sharded.row_ids(tokens)
