@@ -35,6 +35,9 @@ from pathlib import Path  # noqa: E402
 
 import httpx  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent))
+import frontdoor_stages  # noqa: E402
+
 from rackserve.config import load_config  # noqa: E402
 from rackserve.model import tokenizer  # noqa: E402
 from rackserve.model.config import ModelConfig  # noqa: E402
@@ -138,11 +141,14 @@ async def cluster_latency(base: str, n: int) -> dict:
     ttfts, itls = [], []
     async with httpx.AsyncClient(timeout=120) as client:
         await stream_one(client, base, 99_999, 2)  # warm-up: connections, first steps
+        before = await asyncio.to_thread(frontdoor_stages.scrape, base)
         for i in range(n):
             ttft, gaps = await stream_one(client, base, 20_000 + i, OUTPUT_TOKENS)
             ttfts.append(ttft)
             itls += gaps
-    return {"ttft_ms": summary(ttfts), "itl_ms": summary(itls)}
+        after = await asyncio.to_thread(frontdoor_stages.scrape, base)
+    stages = frontdoor_stages.summary(frontdoor_stages.delta(before, after))
+    return {"ttft_ms": summary(ttfts), "itl_ms": summary(itls), "stages_wall_ms": stages}
 
 
 async def cluster_rate(base: str, n: int, concurrency: int) -> dict:
@@ -225,6 +231,7 @@ def main() -> None:
         a, b = local[key]["p50"], cluster[key]["p50"]
         print(f"{key + ' p50':24s}{a:12.2f}{b:12.2f}{b - a:12.2f}")
     print(f"{'requests/s':24s}{local['requests_per_s']:12.1f}{cluster['requests_per_s']:12.1f}")
+    frontdoor_stages.table(cluster["stages_wall_ms"])
     if args.dynamo:
         frontdoor_dynamo.table(result)
     print(f"(load avg {result['machine']['load_avg_1m']:.1f} on {os.cpu_count()} cpus) -> {RESULT}")

@@ -18,6 +18,7 @@ from rackserve.metrics import ProcessMetrics, RankKey
 from rackserve.timing.batch import RankBatch, StepBatch, StepCost
 from services.pacing import sleep_paced
 from services.rank_worker import Emitted, RankStep
+from services.stage_timer import now_s, observe
 from services.topology import InstanceSpec
 
 log = logging.getLogger(__name__)
@@ -87,12 +88,13 @@ class InstanceLoop:
                 busy = False
 
     async def _step(self) -> bool:
-        started = time.monotonic()
+        started, wall = time.monotonic(), now_s()
         called = sorted(self._active)
         self._woken.difference_update(called)  # a wake from now on lands during the gather
         results: list[RankStep] = await asyncio.gather(
             *(self.ranks[r].step.remote() for r in called)
         )
+        observe(self.metrics, f"{self.spec.role}_step", wall)
         steps = [IDLE] * len(self.ranks)
         for r, step in zip(called, results, strict=True):
             steps[r] = step

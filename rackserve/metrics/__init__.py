@@ -36,12 +36,13 @@ from rackserve.metrics.process import ProcessMetrics, metric_names
 from rackserve.metrics.ranks import RankMetrics
 from rackserve.metrics.request_record import RequestRecord
 from rackserve.metrics.router import RouterMetrics
+from rackserve.metrics.stages import STAGE_WALL_BUCKETS, StageMetrics
 from rackserve.metrics.vllm import VllmMetrics
 
 __all__ = [
     "BATCH_SIZE_BUCKETS", "POOL_TIERS", "RANK_LABELS", "REQUEST_LATENCY_BUCKETS", "ROLES",
-    "STATUSES", "TIERS", "TOKEN_COUNT_BUCKETS", "TOKEN_KINDS", "TOKEN_LATENCY_BUCKETS",
-    "TTFT_COMPONENTS", "VLLM_LABELS", "WALL_FAST_BUCKETS", "CacheMetrics", "FrontDoorMetrics",
-    "PoolMetrics", "ProcessMetrics", "RankKey", "RankMetrics", "RequestRecord", "RouterMetrics",
-    "VllmMetrics", "metric_names",
+    "STAGE_WALL_BUCKETS", "STATUSES", "TIERS", "TOKEN_COUNT_BUCKETS", "TOKEN_KINDS",
+    "TOKEN_LATENCY_BUCKETS", "TTFT_COMPONENTS", "VLLM_LABELS", "WALL_FAST_BUCKETS",
+    "CacheMetrics", "FrontDoorMetrics", "PoolMetrics", "ProcessMetrics", "RankKey", "RankMetrics",
+    "RequestRecord", "RouterMetrics", "StageMetrics", "VllmMetrics", "metric_names",
 ]  # fmt: skip

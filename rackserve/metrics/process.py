@@ -13,6 +13,7 @@ from rackserve.metrics.pool import PoolMetrics
 from rackserve.metrics.ranks import RankMetrics
 from rackserve.metrics.request_record import RequestRecord
 from rackserve.metrics.router import RouterMetrics
+from rackserve.metrics.stages import StageMetrics
 from rackserve.metrics.vllm import VllmMetrics
 
 
@@ -28,6 +29,7 @@ class ProcessMetrics:
         self.router = RouterMetrics(self.registry)
         self.pool = PoolMetrics(self.registry)
         self.vllm = VllmMetrics(self.registry)
+        self.stages = StageMetrics(self.registry)
 
     def exposition(self) -> bytes:
         """The Prometheus text format of this process's registry."""

@@ -16,6 +16,7 @@ import grpc
 
 from services._proto import decode_pb2, decode_pb2_grpc
 from services.instance_loop import StepDone
+from services.stage_timer import now_s, observe
 from services.worker_host import Worker
 from services.worker_service import WorkerService, call_actor, check_request, sampling_dict
 
@@ -58,6 +59,7 @@ class DecodeService(WorkerService, decode_pb2_grpc.DecodeServicer):
         stream = _Stream(request.instance, submitted_sim_s=loop.sim_now_s)
         self._streams[request.request_id] = stream
         finished = False
+        started = now_s()
         try:
             await call_actor(
                 actor.submit_decode.remote(
@@ -70,6 +72,8 @@ class DecodeService(WorkerService, decode_pb2_grpc.DecodeServicer):
                 context,
             )
             loop.wake(request.rank)
+            observe(self.metrics, "decode_admit", started)
+            started = now_s()
             transfer = self._transfer_s(request)
             first = True
             while not finished:
@@ -83,6 +87,7 @@ class DecodeService(WorkerService, decode_pb2_grpc.DecodeServicer):
                 # reported one step (priced as the step just run) later. TTFT = queue + prefill +
                 # transfer + first decode step, as in the simulator.
                 if first:
+                    observe(self.metrics, "decode_first_step", started)
                     yield decode_pb2.TokenChunk(
                         token_ids=[request.first_token],
                         kv_load_sim_s=transfer,

@@ -12,6 +12,7 @@ from rackserve.metrics import RankKey
 from services._proto import prefill_pb2, prefill_pb2_grpc
 from services.instance_loop import StepDone
 from services.rank_worker import Admitted
+from services.stage_timer import now_s, observe
 from services.worker_host import Worker
 from services.worker_service import WorkerService, call_actor, check_request, sampling_dict
 
@@ -62,6 +63,7 @@ class PrefillService(WorkerService, prefill_pb2_grpc.PrefillServicer):
             asyncio.get_running_loop().create_future(), request.instance, loop.sim_now_s
         )
         self._waiting[request.request_id] = waiter
+        started = now_s()
         try:
             admitted = await call_actor(
                 actor.submit_prefill.remote(
@@ -70,8 +72,11 @@ class PrefillService(WorkerService, prefill_pb2_grpc.PrefillServicer):
                 context,
             )
             loop.wake(request.dp_rank)
+            observe(self.metrics, "prefill_admit", started)
             self._record_lookup(request, admitted)
+            started = now_s()
             emitted, finished_sim = await waiter.future
+            observe(self.metrics, "prefill_wait", started)
         except RuntimeError as exc:  # the instance's step failed
             actor.cancel.remote(request.request_id)
             await context.abort(grpc.StatusCode.INTERNAL, str(exc))

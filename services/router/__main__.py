@@ -36,6 +36,7 @@ from services.router.limits import check_bind, guard
 from services.router.orchestrator import Orchestrator
 from services.router.router_core import RouterCore
 from services.router.worker_metrics import WorkerMetrics
+from services.stage_timer import stamp_arrival
 from services.topology import instances
 
 
@@ -183,7 +184,7 @@ async def serve(args: argparse.Namespace) -> None:
         ))
     http = uvicorn.Server(
         uvicorn.Config(
-            guard(create_app(door), cfg.cluster),
+            stamp_arrival(guard(create_app(door), cfg.cluster)),
             host=args.host,
             port=args.http_port,
             log_level="warning",

@@ -34,6 +34,7 @@ from services.router.prompt_ids import BadRequest, chat_prompt, check_model, com
 from services.router.response_shape import Shape, timings_of, usage_of
 from services.router.sim_headers import sim_headers, stream_error_message
 from services.router.tokenize_routes import add_tokenize_routes
+from services.stage_timer import arrived_s, observe
 
 log = logging.getLogger(__name__)
 
@@ -289,6 +290,8 @@ async def _serve(
 ) -> Response:
     rid = new_id("chatcmpl" if shape.chat else "cmpl")
     trip = Trip(rid, len(prep.prompt))
+    if (arrived := arrived_s()) is not None:
+        observe(door.metrics, "http_in", arrived)
     if body.stream:
         return await _stream(door, body, trip, prep, shape)
     door.metrics.front_door.in_flight.inc()
@@ -354,6 +357,8 @@ async def _sse(
                 chunk["usage"] = usage_of(trip, details=False)
             if finish is not None:
                 chunk["rackserve"] = timings_of(trip)
+            if first and (arrived := arrived_s()) is not None:
+                observe(door.metrics, "front_door_ttft", arrived)
             first = False
             yield _event(chunk)
         if include_usage:

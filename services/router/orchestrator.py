@@ -19,6 +19,7 @@ from services.grpc_limits import RECONNECT_OPTIONS
 from services.router import migration
 from services.router.router_core import Route, RouterCore
 from services.router.trip import Sampling, Trip
+from services.stage_timer import now_s, observe
 
 __all__ = ["Orchestrator", "Sampling", "Trip"]
 
@@ -57,8 +58,10 @@ class Orchestrator:
     ) -> AsyncIterator[list[int]]:
         """Yield the generated tokens chunk by chunk; `trip` holds the accounting at the end.
         The request's load is booked on both its ranks at the routing decision (RouterCore)."""
+        started = now_s()
         hashes = block_hashes(prompt, self.block_size, self.model_id)
         decision = self.router.route(trip.request_id, prompt, hashes, sampling.max_tokens)
+        observe(self.router.metrics, "route", started)
         try:
             async for tokens in self._serve(trip, prompt, sampling, decision):
                 yield tokens
@@ -78,7 +81,7 @@ class Orchestrator:
             seed=sampling.seed,
             ignore_eos=sampling.ignore_eos,
         )
-        sent_at = time.monotonic()
+        sent_at, started = time.monotonic(), now_s()
         reply = await self._prefill_call(trip, prompt, params, decision)
         if reply is None:
             self.router.release(decision)  # the new route books its own ranks
@@ -88,6 +91,7 @@ class Orchestrator:
             ):
                 yield tokens
             return
+        observe(self.router.metrics, "prefill_call", started)
         self._account_prefill(trip, reply)
         self.router.record_delivery(decision, trip.cached_tokens)
         if reply.finish_reason or sampling.max_tokens == 1:  # the first token ends it: no decode
@@ -107,9 +111,11 @@ class Orchestrator:
             sampling=params,
         )
         failed = hung = False
-        call = self._decode.Generate(request)
+        call, started = self._decode.Generate(request), now_s()
         try:
             while (chunk := await self._next_chunk(call)) is not grpc.aio.EOF:
+                if not trip.token_times_s:
+                    observe(self.router.metrics, "decode_first_chunk", started)
                 self._account_chunk(trip, chunk)
                 yield list(chunk.token_ids)
         except grpc.aio.AioRpcError as exc:  # the decode rank failed: continue elsewhere

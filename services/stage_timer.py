@@ -1,0 +1,60 @@
+"""Wall time of each hop of a request on its way to the first token, as the
+`rackserve_frontdoor_stage_wall_seconds{stage}` histogram of the process that runs the hop.
+
+The router observes http_in, route, prefill_call, decode_first_chunk and front_door_ttft; the
+prefill service prefill_admit and prefill_wait; the decode service decode_admit and
+decode_first_step; every instance loop its steps (prefill_step, decode_step). The front door's
+/metrics merges the workers' series, so one scrape shows where a request's wall time went
+(bench/frontdoor.py turns it into a table). Wall seconds, not simulated ones: this is the twin's
+own overhead, which pacing hides when time_scale > 0.
+"""
+
+from __future__ import annotations
+
+import time
+from contextvars import ContextVar
+
+from rackserve.metrics import ProcessMetrics
+from services.router.asgi import ASGIApp, Receive, Scope, Send
+
+# Every stage, in request order (one spelling each; the bench's table follows this order).
+STAGES = (
+    "http_in",  # ASGI arrival -> handler: body read, guards, validation, tokenize
+    "route",  # block hashes + policy decision
+    "prefill_call",  # the Prefill RPC as the router sees it
+    "prefill_admit",  # prefill service: submit_prefill actor call (Ray, pool lookup, enqueue)
+    "prefill_wait",  # prefill service: queued -> first token (steps, pool store, KV events)
+    "prefill_step",  # one prefill instance step (Ray calls of all its ranks, their compute)
+    "decode_first_chunk",  # the Generate RPC until its first chunk, as the router sees it
+    "decode_admit",  # decode service: submit_decode actor call (Ray, pool fetch of the handle)
+    "decode_first_step",  # decode service: joined -> first step done
+    "decode_step",  # one decode instance step
+    "front_door_ttft",  # ASGI arrival -> first SSE event (streamed requests)
+)
+
+_ARRIVED_S: ContextVar[float | None] = ContextVar("rackserve_arrived_s", default=None)
+
+
+def now_s() -> float:
+    return time.perf_counter()
+
+
+def observe(metrics: ProcessMetrics, stage: str, started_s: float) -> None:
+    """One hop of `stage` that began at `started_s` (now_s()) ends now."""
+    metrics.stages.wall.labels(stage=stage).observe(now_s() - started_s)
+
+
+def arrived_s() -> float | None:
+    """When the HTTP request being handled reached the ASGI app (None outside a request)."""
+    return _ARRIVED_S.get()
+
+
+def stamp_arrival(app: ASGIApp) -> ASGIApp:
+    """Outermost ASGI layer: remembers each HTTP request's arrival for the handler's stages."""
+
+    async def stamped(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            _ARRIVED_S.set(now_s())
+        await app(scope, receive, send)
+
+    return stamped
