@@ -61,17 +61,15 @@ class DecodeService(WorkerService, decode_pb2_grpc.DecodeServicer):
         finished = False
         started = now_s()
         try:
-            await call_actor(
-                actor.submit_decode.remote(
-                    request.request_id,
-                    list(request.token_ids),
-                    request.first_token,
-                    list(request.kv.block_hashes),
-                    sampling_dict(request.sampling),
-                ),
-                context,
+            submitted = actor.submit_decode.remote(
+                request.request_id,
+                list(request.token_ids),
+                request.first_token,
+                list(request.kv.block_hashes),
+                sampling_dict(request.sampling),
             )
-            loop.wake(request.rank)
+            loop.wake(request.rank)  # in-order actor calls: the next step sees the request
+            await call_actor(submitted, context)
             observe(self.metrics, "decode_admit", started)
             started = now_s()
             transfer = self._transfer_s(request)

@@ -65,13 +65,13 @@ class PrefillService(WorkerService, prefill_pb2_grpc.PrefillServicer):
         self._waiting[request.request_id] = waiter
         started = now_s()
         try:
-            admitted = await call_actor(
-                actor.submit_prefill.remote(
-                    request.request_id, list(request.token_ids), sampling_dict(request.sampling)
-                ),
-                context,
+            submitted = actor.submit_prefill.remote(
+                request.request_id, list(request.token_ids), sampling_dict(request.sampling)
             )
+            # The actor runs its calls in order, so the step this wake starts sees the request:
+            # no round trip between admission and the step.
             loop.wake(request.dp_rank)
+            admitted = await call_actor(submitted, context)
             observe(self.metrics, "prefill_admit", started)
             self._record_lookup(request, admitted)
             started = now_s()
