@@ -7,6 +7,7 @@ Entry point for the simulator and the live router:
     decision = router.route(request_view, cluster_view)
 """
 
+from rackserve.routing import policies  # noqa: F401  (the built-in policies register themselves)
 from rackserve.routing.cost import CostModel
 from rackserve.routing.decode import place_decode
 from rackserve.routing.index import IndexSnapshot, PrefixIndex

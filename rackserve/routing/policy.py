@@ -1,7 +1,9 @@
 """The routing-policy interface and the registry that picks a policy by name from config.
 
 A policy scores prefill ranks for one request given the cluster view and the prefix match; adding
-one is adding one module that calls `register`.
+one is adding one module under rackserve/routing/policies/ that calls `register` (and a line in
+that package's __init__). The registry imports no policy: rackserve/routing/__init__.py imports
+the policies package, so they are all registered before anything here is reachable.
 """
 
 from __future__ import annotations
@@ -54,13 +56,11 @@ def register(name: str) -> Callable[[PolicyFactory], PolicyFactory]:
 
 
 def policy_names() -> tuple[str, ...]:
-    _load_builtin()
     return tuple(sorted(_REGISTRY))
 
 
 def make_policy(name: str, settings: PolicySettings | None = None) -> Policy:
     """Build the policy registered as `name`; ValueError naming it (and the known ones) otherwise."""
-    _load_builtin()
     factory = _REGISTRY.get(name)
     if factory is None:
         raise ValueError(
@@ -68,14 +68,3 @@ def make_policy(name: str, settings: PolicySettings | None = None) -> Policy:
         )
     return factory(settings or PolicySettings())
 
-
-def _load_builtin() -> None:
-    # The built-in policies register themselves on import.
-    from rackserve.routing import (  # noqa: F401
-        dynamo_kv,
-        least_loaded,
-        least_uncached,
-        prefix_hash,
-        random_choice,
-        round_robin,
-    )

@@ -6,34 +6,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from rackserve.sim.cli_args import console, csv_list, load_with_overrides
 from rackserve.sim.report import plot_throughput_vs_speed, plot_ttft_cdf, summary_table, write_json
-from rackserve.sim.run import run_policies, with_concurrency, with_trace
-from rackserve.sim.scenario import load_scenario
+from rackserve.sim.run import run_policies
 
-console = Console()
 run_app = typer.Typer(add_completion=False)
 PROGRESS_EVERY = 200  # requests between progress-bar refreshes
-
-
-def _csv(text: str) -> list[str]:
-    return [p.strip() for p in text.split(",") if p.strip()]
-
-
-def _load(scenario: Path, trace: Path | None, concurrency: int | None, duration: float | None):
-    try:
-        sc = load_scenario(scenario)
-        if trace is not None:
-            sc = with_trace(sc, trace)
-        if concurrency is not None:
-            sc = with_concurrency(sc, concurrency)
-        if duration is not None:
-            sc = sc.with_workload(sc.workload.model_copy(update={"duration_s": duration}))
-        return sc
-    except (ValueError, OSError) as exc:
-        raise typer.BadParameter(str(exc)) from None
 
 
 @run_app.command()
@@ -46,8 +26,8 @@ def simulate(
     duration: Annotated[float | None, typer.Option(help="override the workload's duration_s")] = None,
 ) -> None:
     """Simulate SCENARIO once per policy on the same arrivals; print a summary, write JSON + plots."""
-    sc = _load(scenario, trace, concurrency, duration)
-    policies = _csv(policy)
+    sc = load_with_overrides(scenario, trace, concurrency, duration)
+    policies = csv_list(policy)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as bar:
 

@@ -14,7 +14,7 @@ import typer  # noqa: E402
 import yaml  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from rackserve.sim.cli import _csv, _load, console  # noqa: E402
+from rackserve.sim.cli_args import console, csv_list, load_with_overrides  # noqa: E402
 from rackserve.sim.cli_sweep import in_process  # noqa: E402
 
 explain_app = typer.Typer(add_completion=False)
@@ -38,16 +38,16 @@ def explain(
     from rackserve.sim.sweep import adaptive, curves, grid
 
     for path in (a, b):
-        _load(path, None, None, None)
+        load_with_overrides(path, None, None, None)
     steps = walk(read_scenario_dict(a), read_scenario_dict(b))
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for i, step in enumerate(steps):
         path = out / f"step{i}.yaml"
         path.write_text(yaml.safe_dump(step.scenario, sort_keys=False))
-        _load(path, None, None, None)
+        load_with_overrides(path, None, None, None)
         if concurrency:
-            runs = in_process(grid([str(path)], [int(c) for c in _csv(concurrency)], [_policy(step.scenario)],
+            runs = in_process(grid([str(path)], [int(c) for c in csv_list(concurrency)], [_policy(step.scenario)],
                                    duration, measure_start))
         else:
             runs = adaptive([str(path)], [_policy(step.scenario)], in_process, 1, max_lanes, 0, 1, duration,

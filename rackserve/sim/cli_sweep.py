@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from rackserve.sim.cli import _csv, _load, console
+from rackserve.sim.cli_args import console, csv_list, load_with_overrides
 
 sweep_app = typer.Typer(add_completion=False)
 SCHEMA = "rackserve.sim.sweep/1"
@@ -49,14 +49,14 @@ def sweep(
     from rackserve.sim.sweep_plot import plot_frontiers
 
     for path in scenarios:
-        _load(path, None, None, None)  # validate before starting Ray
-    targets = [float(t) for t in _csv(target_tps_user)]
-    paths, policies = [str(p) for p in scenarios], _csv(policy)
+        load_with_overrides(path, None, None, None)  # validate before starting Ray
+    targets = [float(t) for t in csv_list(target_tps_user)]
+    paths, policies = [str(p) for p in scenarios], csv_list(policy)
     runner = RayRunner(num_cpus) if num_cpus > 0 else None
     run = runner if runner is not None else in_process
     try:
         if concurrency:
-            rows = run(grid(paths, [int(c) for c in _csv(concurrency)], policies, duration, measure_start))
+            rows = run(grid(paths, [int(c) for c in csv_list(concurrency)], policies, duration, measure_start))
         else:
             rows = adaptive(paths, policies, run, min_lanes, max_lanes, rounds, max(num_cpus, 1), duration,
                             measure_start)

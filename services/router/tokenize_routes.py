@@ -7,16 +7,13 @@ and answers {count, max_model_len, tokens, token_strs}; /detokenize takes `token
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fastapi import FastAPI
 
 from rackserve.model import hf_tokenizer, tokenizer
 from services.router.openai_models import DetokenizeRequest, TokenizeRequest
 from services.router.prompt_ids import BadRequest, chat_prompt, check_model, completion_prompt
-
-if TYPE_CHECKING:
-    from services.router.app import FrontDoor
 
 _ALPHABET = hf_tokenizer.byte_alphabet()
 _SPECIAL_NAMES = {i: name for name, i in tokenizer.SPECIAL_TOKENS.items()}
@@ -27,7 +24,17 @@ def token_str(token_id: int) -> str:
     return _ALPHABET[token_id] if token_id < 256 else _SPECIAL_NAMES[token_id]
 
 
-def add_tokenize_routes(app: FastAPI, door: FrontDoor) -> None:
+class ServedModel(Protocol):
+    """What the routes read from the front door (services.router.app.FrontDoor)."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def max_context(self) -> int: ...
+
+
+def add_tokenize_routes(app: FastAPI, door: ServedModel) -> None:
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> dict:
         check_model(door.model_id, body.model)

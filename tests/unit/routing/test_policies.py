@@ -230,7 +230,7 @@ _rank_st = st.tuples(
 @given(st.lists(_rank_st, min_size=1, max_size=10), st.integers(0, 10), st.integers(0, 10))
 def test_luw_pick_equals_brute_force_argmin(cost, rows, pool_hbm, pool_dram):
     from rackserve.routing import PrefixMatch
-    from rackserve.routing.least_uncached import uncached_work_s
+    from rackserve.routing.policies.least_uncached import uncached_work_s
 
     ranks = tuple(
         RankState(

@@ -1,0 +1,34 @@
+"""What the `rackserve sim` commands share: the console, comma lists, and loading a scenario with
+its command-line overrides (a bad scenario or trace is a typer.BadParameter naming it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from rackserve.sim.run import with_concurrency, with_trace
+from rackserve.sim.scenario import Scenario, load_scenario
+
+console = Console()
+
+
+def csv_list(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def load_with_overrides(
+    scenario: Path, trace: Path | None, concurrency: int | None, duration: float | None
+) -> Scenario:
+    try:
+        sc = load_scenario(scenario)
+        if trace is not None:
+            sc = with_trace(sc, trace)
+        if concurrency is not None:
+            sc = with_concurrency(sc, concurrency)
+        if duration is not None:
+            sc = sc.with_workload(sc.workload.model_copy(update={"duration_s": duration}))
+        return sc
+    except (ValueError, OSError) as exc:
+        raise typer.BadParameter(str(exc)) from None
