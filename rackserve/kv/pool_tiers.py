@@ -14,7 +14,8 @@ Rules:
   `pool_hbm` blocks are demoted to `pool_dram` (entering it as most recent), `pool_dram` blocks
   are dropped. Eviction is prefix-closed (pool_chains.py): a tail goes before its parent. Blocks
   under a read lease (pool_leases.py) are never evicted; a lease expires after `lease_s`.
-- Every change is a KV event (stored / removed / cleared with its tier), numbered per publisher.
+- Every change is a KV event (stored / removed / cleared with its tier), numbered per publisher
+  (pool_outbox.py queues them until `drain`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import heapq
 from collections import Counter
 from dataclasses import dataclass
 
-from rackserve.kv.events import EventSequencer, KVEvent, Publisher
+from rackserve.kv.events import KVEvent, Publisher
 from rackserve.kv.pool_chains import PoolChains, StoredBlock
 from rackserve.kv.pool_leases import Leases
 from rackserve.kv.pool_limits import POOL_TIERS, PoolLimits, PoolTier
@@ -36,6 +37,7 @@ from rackserve.kv.pool_messages import (
     Reservation,
     TierUsage,
 )
+from rackserve.kv.pool_outbox import PoolOutbox
 
 __all__ = ["POOL_PUBLISHER", "POOL_TIERS", "BlockPut", "Lookup", "PoolCounters", "PoolLimits",
            "PoolPrefix", "PoolTier", "PoolTiers", "PutStatus", "Reservation", "TierUsage"]
@@ -72,9 +74,7 @@ class PoolTiers:
         self._txns: dict[int, dict[int, None]] = {}  # txn -> hashes still reserved (chain order)
         self._txn_heap: list[tuple[float, int]] = []
         self._next_id = 1
-        self._sequencer = EventSequencer(publisher, epoch)  # epoch: the pool process's start
-        self._events: list[tuple[str, PoolTier, list[int], int | None]] = []
-        self._dropped: list[int] = []
+        self._outbox = PoolOutbox(publisher, epoch)  # epoch: the pool process's start
 
     # ---- queries -------------------------------------------------------------------------
     def is_known(self, block_hash: int) -> bool:
@@ -195,7 +195,7 @@ class PoolTiers:
             self._reserved[block.tier] -= block.charge
             block.last_use = now
             self._chains.add(block)
-            self._emit("stored", block.tier, h, block.parent_hash)
+            self._outbox.emit("stored", block.tier, h, block.parent_hash)
             self.counters.committed_blocks += 1
             self._txn_of[h] = pending.txn
             out.append(h)
@@ -242,7 +242,7 @@ class PoolTiers:
         self._used[block.tier] -= block.charge
         self._actual_used -= block.size
         if pending.written:
-            self._dropped.append(block.block_hash)
+            self._outbox.delete_bytes(block.block_hash)
         for child in sorted(self._waiting.pop(block.block_hash, ())):
             if child in self._pending:
                 self._release_pending(self._take_pending(child))
@@ -305,7 +305,7 @@ class PoolTiers:
         self._chains.clear()
         for tier in POOL_TIERS:
             self._used[tier] = self._reserved[tier] = 0
-            self._events.append(("cleared", tier, [], None))
+            self._outbox.cleared(tier)
         self._actual_used = 0
         self._pending.clear()
         self._pinned.clear()
@@ -318,11 +318,7 @@ class PoolTiers:
 
     def drain(self) -> tuple[list[KVEvent], list[int]]:
         """Events since the last drain (numbered now) and hashes whose bytes must be deleted."""
-        events = [self._sequencer.make(kind, tier, tuple(hashes), parent)  # type: ignore[arg-type]
-                  for kind, tier, hashes, parent in self._events]
-        dropped = self._dropped
-        self._events, self._dropped = [], []
-        return events, dropped
+        return self._outbox.drain()
 
     # ---- space -----------------------------------------------------------------------------
     def _tier_after(self, parent: int | None) -> int:
@@ -388,13 +384,13 @@ class PoolTiers:
     def _demote(self, block: StoredBlock) -> bool:
         if not self._make_room("pool_dram", block.charge):
             return False
-        self._emit("removed", "pool_hbm", block.block_hash)
+        self._outbox.emit("removed", "pool_hbm", block.block_hash)
         self.counters.evictions["pool_hbm"] += 1
         self._used["pool_hbm"] -= block.charge
         self._used["pool_dram"] += block.charge
         self._chains.move(block, "pool_dram")
         self.counters.demotions += 1
-        self._emit("stored", "pool_dram", block.block_hash, block.parent_hash)
+        self._outbox.emit("stored", "pool_dram", block.block_hash, block.parent_hash)
         return True
 
     def _drop(self, block: StoredBlock, why: str) -> None:
@@ -404,19 +400,8 @@ class PoolTiers:
         self._actual_used -= block.size
         if why == "evicted":
             self.counters.evictions[block.tier] += 1
-        self._emit("removed", block.tier, block.block_hash)
-        self._dropped.append(block.block_hash)
-
-    def _emit(self, kind: str, tier: PoolTier, block_hash: int, parent: int | None = None) -> None:
-        """Queue an event, extending the previous one when it continues the same chain."""
-        last = self._events[-1] if self._events else None
-        if last and last[0] == kind and last[1] == tier and kind != "stored":
-            last[2].append(block_hash)
-            return
-        if last and last[0] == kind == "stored" and last[1] == tier and last[2] and parent == last[2][-1]:
-            last[2].append(block_hash)
-            return
-        self._events.append((kind, tier, [block_hash], parent))
+        self._outbox.emit("removed", block.tier, block.block_hash)
+        self._outbox.delete_bytes(block.block_hash)
 
     def _new_id(self) -> int:
         self._next_id += 1
