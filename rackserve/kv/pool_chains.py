@@ -30,18 +30,15 @@ class StoredBlock:
 class PoolChains:
     def __init__(self) -> None:
         self._lru: dict[PoolTier, OrderedDict[int, StoredBlock]] = {t: OrderedDict() for t in POOL_TIERS}
+        self._all: dict[int, StoredBlock] = {}  # every stored block, whatever its tier (one lookup)
         self._children: dict[int, set[int]] = {}  # parent hash -> hashes of its stored children
 
     # ---- queries -------------------------------------------------------------------------
     def get(self, block_hash: int) -> StoredBlock | None:
-        for tier in POOL_TIERS:
-            block = self._lru[tier].get(block_hash)
-            if block is not None:
-                return block
-        return None
+        return self._all.get(block_hash)
 
     def tier_of(self, block_hash: int) -> PoolTier | None:
-        block = self.get(block_hash)
+        block = self._all.get(block_hash)
         return None if block is None else block.tier
 
     def blocks(self, tier: PoolTier) -> list[StoredBlock]:
@@ -64,8 +61,9 @@ class PoolChains:
     # ---- changes -------------------------------------------------------------------------
     def add(self, block: StoredBlock) -> None:
         """Store a block; it enters its tier as most recently used."""
-        assert block.parent_hash is None or self.get(block.parent_hash), "orphan block"
+        assert block.parent_hash is None or block.parent_hash in self._all, "orphan block"
         self._lru[block.tier][block.block_hash] = block
+        self._all[block.block_hash] = block
         if block.parent_hash is not None:
             self._children.setdefault(block.parent_hash, set()).add(block.block_hash)
 
@@ -73,6 +71,7 @@ class PoolChains:
         """Take a childless block out of the pool."""
         assert self.is_leaf(block), "a parent leaves before its child"
         del self._lru[block.tier][block.block_hash]
+        del self._all[block.block_hash]
         self._children.pop(block.block_hash, None)
         kids = self._children.get(block.parent_hash) if block.parent_hash is not None else None
         if kids is not None:
@@ -98,7 +97,7 @@ class PoolChains:
                 self._touch_one(block.block_hash, now)
 
     def _touch_one(self, block_hash: int, now: float) -> None:
-        block = self.get(block_hash)
+        block = self._all.get(block_hash)
         if block is not None:
             block.last_use = now
             self._lru[block.tier].move_to_end(block_hash)
@@ -106,6 +105,7 @@ class PoolChains:
     def clear(self) -> None:
         for tier in POOL_TIERS:
             self._lru[tier].clear()
+        self._all.clear()
         self._children.clear()
 
     # ---- eviction order --------------------------------------------------------------------

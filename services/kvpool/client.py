@@ -20,7 +20,8 @@ import redis
 from rackserve.kv.pool_tiers import PoolPrefix, PoolTier
 from services._proto import kvpool_pb2 as pb
 from services._proto import kvpool_pb2_grpc as pb_grpc
-from services.kvpool.keys import block_key
+from services.kvpool.block_writer import set_blocks
+from services.kvpool.keys import block_keys
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +113,8 @@ class PoolClient:
                          tuple(h for h in written if h in committed), tuple(refused + lost), pending)
 
     def _write(self, hashes: list[int], values: list[bytes]) -> list[int]:
-        pipe = self.redis.pipeline(transaction=False)
-        for h, v in zip(hashes, values, strict=True):
-            pipe.set(block_key(self.key_prefix, h), v)
         try:
-            pipe.execute()
+            set_blocks(self.redis, block_keys(self.key_prefix, hashes), values)
         except redis.RedisError as exc:
             log.warning("pool put: Redis write of %d blocks failed: %s", len(hashes), exc)
             return []
@@ -144,7 +142,7 @@ class PoolClient:
 
     def _read(self, hashes: list[int]) -> list[bytes | None]:
         try:
-            return self.redis.mget([block_key(self.key_prefix, h) for h in hashes])
+            return self.redis.mget(block_keys(self.key_prefix, hashes))
         except redis.RedisError as exc:
             log.warning("pool get: Redis read of %d blocks failed: %s", len(hashes), exc)
             return [None] * len(hashes)

@@ -11,6 +11,12 @@ def block_key(prefix: str, block_hash: int) -> str:
     return f"{prefix}{block_hash:016x}"
 
 
+def block_keys(prefix: str, block_hashes: list[int]) -> list[bytes]:
+    """`block_key` of each hash, as the bytes sent to Redis."""
+    head = prefix.encode()
+    return [b"%s%016x" % (head, h) for h in block_hashes]
+
+
 def block_glob(prefix: str) -> str:
     """A SCAN pattern that matches every block key under `prefix` and nothing else of the pool."""
     return prefix.replace("[", "\\[").replace("*", "\\*").replace("?", "\\?") + _HEX_GLOB
