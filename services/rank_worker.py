@@ -2,9 +2,9 @@
 instance loop of its service process.
 
 Prefill ranks reuse their HBM cache, then the KV pool, compute the rest, write the prompt's new
-full blocks to the pool and return the first token. Decode ranks import a prompt's blocks from the
-pool by handle, recompute the partial tail and decode. Both publish their cache's KV events
-(tier rank_hbm) to the Redis Stream the router follows.
+full blocks to the pool (leased until the decode rank has read them) and return the first token.
+Decode ranks import a prompt's blocks from the pool by handle, recompute the partial tail and
+decode. Both publish their cache's KV events (tier rank_hbm) to the Redis Stream the router follows.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ class Emitted:
     finish_reason: str | None  # None while running
     kv_block_hashes: tuple[int, ...] = ()  # prefill: the prompt's full blocks now in the pool
     reused: Admitted | None = None  # prefill, when finished: what the engine really started from
+    kv_lease_id: int = 0  # prefill: the pool lease over kv_block_hashes the decode rank releases
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class _Seq:
     charged: bool = False
     local: int = 0  # HBM hit tokens found at admission
     reused: Admitted | None = None  # set at the request's first step
+    hands_off: bool = False  # prefill: a decode rank will read the prompt's KV from the pool
 
     def started_from(self, computed_tokens: int) -> Admitted:
         """The tokens the engine started from (its schedule's computed tokens), by where their KV
@@ -169,7 +171,8 @@ class RankWorker:
         self.engine.add_request(request_id, prompt, sampling, kv_blocks=kv_blocks)
         hbm = sum(bs for _, _, tier in fetched if tier == "pool_hbm")
         dram = sum(bs for _, _, tier in fetched if tier == "pool_dram")
-        self._seqs[request_id] = _Seq(prompt, hbm, dram, local=local * bs)
+        hands_off = int(params.get("max_tokens", 0)) != 1  # the router decodes unless 1 token was asked
+        self._seqs[request_id] = _Seq(prompt, hbm, dram, local=local * bs, hands_off=hands_off)
         return Admitted(local * bs, hbm, dram)
 
     def submit_decode(
@@ -179,12 +182,14 @@ class RankWorker:
         first_token: int,
         kv_hashes: list[int],
         params: dict,
+        kv_lease_id: int = 0,
     ) -> Admitted:
-        """Join the batch after a P->D hand-off: import the prompt's blocks from the pool."""
+        """Join the batch after a P->D hand-off: import the prompt's blocks from the pool, then
+        release the prefill's lease over them (`kv_lease_id`, 0 = none)."""
         bs = self.model.block_size
         local = self.engine.cached_prefix_tokens(prompt) // bs
         local = min(local, len(kv_hashes))
-        fetched = self.pool.fetch(kv_hashes[local:])
+        fetched = self.pool.fetch(kv_hashes[local:], handoff_lease=kv_lease_id)
         kv_blocks = [(h, b"") for h in kv_hashes[:local]] + [(h, data) for h, data, _ in fetched]
         sampling = SamplingParams(**_engine_params(params))
         self.engine.add_request(
@@ -246,13 +251,15 @@ class RankWorker:
         seq = self._seqs.pop(out.request_id)
         if self.role != "prefill":
             return Emitted(out.request_id, out.token, out.finish_reason)
-        hashes = self._store_prompt(seq.prompt)
-        return Emitted(out.request_id, out.token, out.finish_reason, tuple(hashes), seq.reused)
+        hold = seq.hands_off and out.finish_reason != "stop"  # EOS first: nobody decodes it
+        hashes, lease_id = self._store_prompt(seq.prompt, hold)
+        return Emitted(out.request_id, out.token, out.finish_reason, tuple(hashes), seq.reused, lease_id)
 
-    def _store_prompt(self, prompt: list[int]) -> list[int]:
-        """Write the prompt's full blocks to the pool (those it lacks); returns the handle's hashes."""
+    def _store_prompt(self, prompt: list[int], hold: bool) -> tuple[list[int], int]:
+        """Write the prompt's full blocks to the pool (those it lacks); returns the handle's hashes
+        and, with `hold`, the lease keeping them for the decode rank."""
         blocks = self.engine.export_prefix(prompt)
-        return self.pool.store(blocks)
+        return self.pool.store(blocks, hold=hold)
 
     def _publish_events(self) -> None:
         """Publish the step's KV events; while Redis is unreachable the rank keeps serving and,

@@ -260,9 +260,20 @@ class PoolTiers:
             if tier is not None:
                 self.counters.hits[tier] += 1
         self._chains.touch(list(hits), now)
-        if not (lease and hits):
+        return self._lease(tiers, hits, now) if lease else Lookup(tiers, 0, now)
+
+    def hold(self, hashes: list[int], now: float) -> Lookup:
+        """Lease the stored blocks among `hashes` without reading them (no LRU touch, no hit
+        counted): a writer keeps the KV it hands to a reader on another rank until the reader
+        releases the lease (or it expires)."""
+        self.expire(now)
+        tiers = tuple(self.tier_of(h) for h in hashes)
+        return self._lease(tiers, tuple(h for h, t in zip(hashes, tiers, strict=True) if t is not None), now)
+
+    def _lease(self, tiers: tuple[PoolTier | None, ...], held: tuple[int, ...], now: float) -> Lookup:
+        if not held:
             return Lookup(tiers, 0, now)
-        return Lookup(tiers, (lease_id := self._new_id()), self._leases.grant(lease_id, hits, now))
+        return Lookup(tiers, (lease_id := self._new_id()), self._leases.grant(lease_id, held, now))
 
     def release(self, lease_id: int) -> bool:
         """Give a read lease back early. False if it already expired or never existed."""

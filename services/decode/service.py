@@ -67,6 +67,7 @@ class DecodeService(WorkerService, decode_pb2_grpc.DecodeServicer):
                 request.first_token,
                 list(request.kv.block_hashes),
                 sampling_dict(request.sampling),
+                request.kv.lease_id,
             )
             loop.wake(request.rank)  # in-order actor calls: the next step sees the request
             await call_actor(submitted, context)

@@ -39,10 +39,21 @@ class PutResult:
     written: tuple[int, ...]
     failed: tuple[int, ...]
     pending: tuple[int, ...] = ()
+    lease_id: int = 0  # put(hold=True): a read lease over `stored`, for the reader to release
 
     @property
     def ok(self) -> bool:
         return not self.failed
+
+
+@dataclass(frozen=True)
+class LeasedLookup:
+    """Where each block is (None = miss); the hits are leased (eviction cannot take them) until
+    `PoolClient.read` has read them and released the lease."""
+
+    hashes: tuple[int, ...]
+    tiers: tuple[PoolTier | None, ...]
+    lease_id: int  # 0 = no hit, or the pool was unreachable
 
 
 @dataclass(frozen=True)
@@ -84,9 +95,11 @@ class PoolClient:
 
     # ---- puts -----------------------------------------------------------------------------
     def put(self, hashes: Sequence[int], values: Sequence[bytes], parent_hash: int | None = None,
-            target_sizes: Sequence[int] | None = None) -> PutResult:
+            target_sizes: Sequence[int] | None = None, hold: bool = False) -> PutResult:
         """Store blocks of one chain (`parent_hash` precedes hashes[0]); two-phase, never raises
-        for Redis/pool faults. `target_sizes`: bytes each block weighs in the emulated rack."""
+        for Redis/pool faults. `target_sizes`: bytes each block weighs in the emulated rack.
+        `hold`: also lease the stored blocks (in the commit call) for a reader elsewhere, who
+        releases `PutResult.lease_id` once it has read them (the P->D hand-off)."""
         hashes = [int(h) for h in hashes]  # numpy integers are not protobuf integers
         if len(hashes) != len(values):
             raise ValueError(f"hashes and values differ in length: {len(hashes)} != {len(values)}")
@@ -101,16 +114,22 @@ class PoolClient:
         pending = tuple(hashes[i] for i, s in enumerate(reply.statuses) if s == pb.PUT_PENDING)
         refused = [hashes[i] for i, s in enumerate(reply.statuses) if s == pb.PUT_NO_SPACE]
         if not todo:
-            return PutResult(tuple(there), (), tuple(refused), pending)
+            return PutResult(tuple(there), (), tuple(refused), pending, self._hold(there, hold))
         written = self._write([hashes[i] for i in todo], [values[i] for i in todo])
         if not written:
             self._call(self._stub.BatchPutAbort, pb.AbortRequest(txn=reply.txn))
-            return PutResult(tuple(there), (), tuple(refused + [hashes[i] for i in todo]), pending)
-        commit = self._call(self._stub.BatchPutCommit, pb.CommitRequest(txn=reply.txn, written=written))
+            return PutResult(tuple(there), (), tuple(refused + [hashes[i] for i in todo]), pending,
+                             self._hold(there, hold))
+        commit = self._call(self._stub.BatchPutCommit,
+                            pb.CommitRequest(txn=reply.txn, written=written, hold=hashes if hold else ()))
         committed = set(commit.committed) if commit is not None else set()
         lost = [h for h in written if h not in committed]
         return PutResult(tuple(there + [h for h in written if h in committed]),
-                         tuple(h for h in written if h in committed), tuple(refused + lost), pending)
+                         tuple(h for h in written if h in committed), tuple(refused + lost), pending,
+                         commit.lease_id if commit is not None else 0)
+
+    def _hold(self, hashes: list[int], hold: bool) -> int:
+        return self.hold(hashes) if hold and hashes else 0
 
     def _write(self, hashes: list[int], values: list[bytes]) -> list[int]:
         try:
@@ -123,21 +142,25 @@ class PoolClient:
     # ---- gets -----------------------------------------------------------------------------
     def get(self, hashes: Sequence[int]) -> GetResult:
         """Bytes of each block or None. Hits are leased until read, so eviction cannot race."""
-        hashes = [int(h) for h in hashes]
-        if not hashes:
-            return GetResult((), ())
-        reply = self._call(self._stub.BatchGet, pb.GetRequest(block_hashes=hashes, lease=True))
+        return self.read(self.lookup(hashes))
+
+    def lookup(self, hashes: Sequence[int]) -> LeasedLookup:
+        """Where each block is, its hits leased until `read` (the first half of `get`)."""
+        hashes = tuple(int(h) for h in hashes)
+        reply = self._call(self._stub.BatchGet, pb.GetRequest(block_hashes=hashes, lease=True)) if hashes else None
         if reply is None:
-            return GetResult((None,) * len(hashes), (None,) * len(hashes))
-        tiers = [PB_TO_TIER[t] for t in reply.tiers]
-        hit_idx = [i for i, t in enumerate(tiers) if t is not None]
-        values: list[bytes | None] = [None] * len(hashes)
+            return LeasedLookup(hashes, (None,) * len(hashes), 0)
+        return LeasedLookup(hashes, tuple(PB_TO_TIER[t] for t in reply.tiers), reply.lease_id)
+
+    def read(self, found: LeasedLookup) -> GetResult:
+        """The bytes of a lookup's hits (None = miss), then its lease released."""
+        hit_idx = [i for i, t in enumerate(found.tiers) if t is not None]
+        values: list[bytes | None] = [None] * len(found.hashes)
         if hit_idx:
-            for i, value in zip(hit_idx, self._read([hashes[i] for i in hit_idx]), strict=True):
+            for i, value in zip(hit_idx, self._read([found.hashes[i] for i in hit_idx]), strict=True):
                 values[i] = value
-        if reply.lease_id:
-            self._release(reply.lease_id)
-        tiers = [t if v is not None else None for t, v in zip(tiers, values, strict=True)]
+        self.release(found.lease_id)
+        tiers = [t if v is not None else None for t, v in zip(found.tiers, values, strict=True)]
         return GetResult(tuple(values), tuple(tiers))
 
     def _read(self, hashes: list[int]) -> list[bytes | None]:
@@ -147,9 +170,21 @@ class PoolClient:
             log.warning("pool get: Redis read of %d blocks failed: %s", len(hashes), exc)
             return [None] * len(hashes)
 
-    def _release(self, lease_id: int) -> None:
-        """Fire-and-forget on one background thread: an unreleased lease simply expires."""
-        self._releaser.submit(self._call, self._stub.ReleaseLease, pb.ReleaseRequest(lease_id=lease_id))
+    def hold(self, hashes: Sequence[int]) -> int:
+        """Lease those of the blocks that are stored, without reading them; the lease id (0: none
+        stored, or the pool unreachable) goes to whoever reads them, who releases it."""
+        reply = self._call(self._stub.Lease, pb.LeaseRequest(block_hashes=[int(h) for h in hashes]))
+        return 0 if reply is None else reply.lease_id
+
+    def release(self, lease_id: int) -> None:
+        """Give a lease back (0: nothing to do). Fire-and-forget on one background thread: an
+        unreleased lease simply expires."""
+        if lease_id:
+            self._releaser.submit(self._call, self._stub.ReleaseLease, pb.ReleaseRequest(lease_id=lease_id))
+
+    def flush_releases(self) -> None:
+        """Wait until every lease given back so far has reached the pool (or failed to)."""
+        self._releaser.submit(lambda: None).result()
 
     # ---- metadata -------------------------------------------------------------------------
     def match_prefix(self, hashes: Sequence[int]) -> PoolPrefix:

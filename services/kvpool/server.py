@@ -107,13 +107,16 @@ class PoolServicer(pb_grpc.KVPoolServicer):
     @_edge
     def BatchPutCommit(self, request: pb.CommitRequest, context: grpc.ServicerContext) -> pb.CommitReply:
         written = validate.written(request.written, self.options.max_blocks_per_request)
+        hold = validate.hashes("hold", request.hold, self.options.max_blocks_per_request)
         with self.lock:
-            committed = self.tiers.commit(request.txn, self.clock(), written)
+            now = self.clock()
+            committed = self.tiers.commit(request.txn, now, written)
             self._apply()
             done = set(committed)
             orphans = [h for h in written if h not in done and not self.tiers.is_known(h)]
             self.store.apply([], orphans)  # bytes of reservations that expired before commit
-        return pb.CommitReply(committed=committed)
+            lease_id = self.tiers.hold(hold, now).lease_id if hold else 0
+        return pb.CommitReply(committed=committed, lease_id=lease_id)
 
     @_edge
     def BatchPutAbort(self, request: pb.AbortRequest, context: grpc.ServicerContext) -> pb.AbortReply:
@@ -129,6 +132,14 @@ class PoolServicer(pb_grpc.KVPoolServicer):
             found = self.tiers.lookup(hashes, self.clock(), lease=request.lease)
         return pb.GetReply(tiers=[TIER_TO_PB[t] for t in found.tiers], lease_id=found.lease_id,
                            lease_s=self.tiers.limits.lease_s, epoch=self.epoch)
+
+    @_edge
+    def Lease(self, request: pb.LeaseRequest, context: grpc.ServicerContext) -> pb.LeaseReply:
+        hashes = validate.hashes("block_hashes", request.block_hashes, self.options.max_blocks_per_request)
+        with self.lock:
+            held = self.tiers.hold(hashes, self.clock())
+        return pb.LeaseReply(lease_id=held.lease_id, held=sum(t is not None for t in held.tiers),
+                             lease_s=self.tiers.limits.lease_s)
 
     @_edge
     def ReleaseLease(self, request: pb.ReleaseRequest, context: grpc.ServicerContext) -> pb.ReleaseReply:

@@ -92,6 +92,7 @@ class PrefillService(WorkerService, prefill_pb2_grpc.PrefillServicer):
                 block_size=self.block_size,
                 block_hashes=hashes,
                 num_tokens=len(hashes) * self.block_size,
+                lease_id=emitted.kv_lease_id,
             ),
             local_hit_tokens=reused.local_hit_tokens,
             pool_hit_tokens=reused.pool_hbm_tokens + reused.pool_dram_tokens,

@@ -1,27 +1,32 @@
-"""A prefill rank (RankWorker in-process, on a real pool service and Redis) reports the prefix its
-engine really started from, and is charged for every token it computes: reused + computed =
-the prompt, even when its cache evicted pooled blocks between admission and the first step."""
+"""Rank workers in-process on a real pool service and Redis: a prefill rank reports the prefix its
+engine really started from and is charged for every token it computes (reused + computed = the
+prompt, even when its cache evicted pooled blocks between admission and the first step); the P->D
+hand-off is leased against eviction."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from rackserve.config import Config
+from rackserve.kv.pool_tiers import PoolLimits
+from services.kvpool.client import PoolClient
 from services.rank_worker import RankWorker
 
 pytestmark = pytest.mark.integration
 
 
-def worker(server, redis_url: str, cache_blocks: int, rank: int) -> RankWorker:
+def worker(server, redis_url: str, cache_blocks: int, rank: int, role: str = "prefill") -> RankWorker:
     cfg = Config()
     engine = cfg.engine.model_copy(update={"cache_blocks_per_rank": cache_blocks})
     cfg = cfg.model_copy(update={"engine": engine})
-    return RankWorker(cfg, "prefill", "prefill-dep2-0", rank, redis_url, server.address)
+    return RankWorker(cfg, role, f"{role}-0", rank, redis_url, server.address)
 
 
-def run(w: RankWorker, prompts: dict[str, list[int]]) -> dict[str, tuple]:
-    """Admit every prompt, then step until all finish: (admitted, computed tokens, emitted)."""
-    admitted = {rid: w.submit_prefill(rid, p, {"max_tokens": 1}) for rid, p in prompts.items()}
+def run(w: RankWorker, prompts: dict[str, list[int]], max_tokens: int = 1) -> dict[str, tuple]:
+    """Admit every prompt (the request asks for `max_tokens`; more than 1: a decode rank follows),
+    then step until all finish: (admitted, computed tokens, emitted)."""
+    admitted = {rid: w.submit_prefill(rid, p, {"max_tokens": max_tokens}) for rid, p in prompts.items()}
     computed = dict.fromkeys(prompts, 0)
     done = {}
     while len(done) < len(prompts):
@@ -31,6 +36,40 @@ def run(w: RankWorker, prompts: dict[str, list[int]]) -> dict[str, tuple]:
             if e.finish_reason:
                 done[e.request_id] = e
     return {rid: (admitted[rid], computed[rid], done[rid]) for rid in prompts}
+
+
+BLOCK_BYTES = 16 * 1024 + 32  # one small-model block in kv_codec format (16 tokens x 1 KiB + header)
+POOL_BLOCKS = 8
+
+
+def pressure(server, seed: int) -> None:
+    """Another writer fills the pool's one tier twice over: every unleased older block goes."""
+    rng = np.random.default_rng(seed)
+    with PoolClient(server.address, owner="pressure") as other:
+        for _ in range(2 * POOL_BLOCKS):
+            assert other.put([int(rng.integers(1, 2**63))], [rng.bytes(BLOCK_BYTES)]).ok
+
+
+def test_the_hand_off_is_leased_against_eviction(
+    make_pool, redis_server
+) -> None:
+    """Prefill stores 5 full blocks and hands them off; another writer's puts evict everything
+    unleased before the decode rank fetches. The decode rank still gets all 5 blocks (leased from
+    the prefill's commit to its read; on the old code they were gone and it recomputed them)."""
+    prompt = [t % 200 + 1 for t in range(83)]  # 5 full blocks + 3 tokens
+    server, client = make_pool(PoolLimits(POOL_BLOCKS * BLOCK_BYTES, 0, 1 << 40, 0.9, 0.5, 30.0))
+    ((_, _, emitted),) = run(worker(server, redis_server, 64, 0), {"p": prompt}, max_tokens=3).values()
+    assert len(emitted.kv_block_hashes) == 5 and emitted.kv_lease_id
+    pressure(server, seed=1)
+    decode = worker(server, redis_server, 64, 0, role="decode")
+    admitted = decode.submit_decode("d", prompt, emitted.token, list(emitted.kv_block_hashes),
+                                    {"max_tokens": 3}, emitted.kv_lease_id)
+    assert admitted.pool_hbm_tokens == 5 * 16
+    decode.step()
+    decode.pool.client.flush_releases()
+    assert client.stats().active_leases == 0
+    pressure(server, seed=2)
+    assert client.match_prefix(list(emitted.kv_block_hashes)).count == 0  # released: evictable
 
 
 def reused(e) -> int:

@@ -108,6 +108,20 @@ def test_lease_blocks_eviction_until_it_expires():
     assert pool.tier_of(1) is None and pool.counters.lease_expiries == 1
 
 
+def test_hold_leases_stored_blocks_without_touching_or_counting_them():
+    pool = make_pool(hbm_blocks=3, dram_blocks=0, lease_s=5.0)
+    put(pool, [1], now=0.0)
+    put(pool, [9], now=0.5)  # more recent than 1: 1 is the LRU victim
+    held = pool.hold([1, 2], now=1.0)  # 2 is not stored: not held
+    assert held.lease_id and held.tiers == ("pool_hbm", None) and held.expires_at == 6.0
+    assert pool.lru_order("pool_hbm") == [1, 9] and pool.counters.gets == 0  # no touch, no get
+    res = pool.reserve([BlockPut(3, BLOCK)], "w0", now=2.0)
+    assert res.statuses == ("reserved",) and pool.tier_of(1) == "pool_hbm"  # 9 went instead
+    assert pool.tier_of(9) is None
+    assert pool.release(held.lease_id)
+    assert pool.hold([2], now=2.0).lease_id == 0  # nothing stored, nothing held
+
+
 def test_released_lease_no_longer_protects():
     pool = make_pool(hbm_blocks=1, dram_blocks=0)
     put(pool, [1])
