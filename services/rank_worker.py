@@ -4,7 +4,8 @@ instance loop of its service process.
 Prefill ranks reuse their HBM cache, then the KV pool, compute the rest, write the prompt's new
 full blocks to the pool (leased until the decode rank has read them) and return the first token.
 Decode ranks import a prompt's blocks from the pool by handle, recompute the partial tail and
-decode. Both publish their cache's KV events (tier rank_hbm) to the Redis Stream the router follows.
+decode. Every step is charged the tokens its engine computed. Both publish their cache's KV events
+(tier rank_hbm) to the Redis Stream the router follows.
 """
 
 from __future__ import annotations
@@ -211,15 +212,11 @@ class RankWorker:
         pool_hbm = pool_dram = 0
         for out, planned in zip(result.outputs, result.schedule.seqs, strict=True):
             seq = self._seqs[out.request_id]
-            computed = out.num_computed_tokens
-            # The target's decode rank gets the prompt's whole KV (partial last block too) and
-            # computes one token a step; the twin moves full blocks only and recomputes the tail
-            # in its first step, which the target does not: charge what the target computes.
-            # A request resumed after preemption recomputes on the target too: charged in full.
-            tail = self.role != "prefill" and computed > 1 and not planned.resumed
-            charged = 1 if tail else computed
-            new.append(charged)
-            cached.append(planned.num_computed_tokens + computed - charged)
+            # Charged = what the engine computed: a decode rank's first step recomputes the
+            # prompt's partial last block (the hand-off moves full blocks, in the simulator too)
+            # plus the first token, and any block the pool no longer had.
+            new.append(out.num_computed_tokens)
+            cached.append(planned.num_computed_tokens)
             if not seq.charged:  # pooled KV is fetched during the request's first step
                 seq.reused = seq.started_from(planned.num_computed_tokens)
                 pool_hbm, pool_dram, seq.charged = (

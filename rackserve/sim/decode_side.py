@@ -24,14 +24,18 @@ from rackserve.workload.request import Request
 EMPTY_RANK = RankBatch.of([])
 
 
-def _decode_rank_batch(seqs: int, context_tokens: int, extra: int) -> RankBatch:
+def _decode_rank_batch(seqs: int, context_tokens: int, extra: int, tail: int = 0) -> RankBatch:
     """A decode rank's step as the cost model sees it: `seqs` sequences sharing the batch's total
-    context evenly (exact for costs linear in context), each `extra` tokens further along."""
+    context evenly (exact for costs linear in context), each `extra` tokens further along; `tail`
+    tokens of that context not cached yet but computed in this step (newcomers' partial last blocks)."""
     if seqs == 0:
         return EMPTY_RANK
+    context_tokens -= tail
     cached = np.full(seqs, context_tokens // seqs + extra, dtype=np.int64)
     cached[: context_tokens % seqs] += 1
-    return RankBatch(np.ones(seqs, dtype=np.int64), cached)
+    new = np.ones(seqs, dtype=np.int64)
+    new[0] += tail
+    return RankBatch(new, cached)
 
 
 def _drop_event(_: object) -> None:
@@ -61,14 +65,22 @@ class DecodeSide:
         req = flight.request
         flight.kv_arrive = now
         d_idx, rank = flight.decode
-        # The prompt's KV arrived; the first token is known (from prefill) and not yet in KV.
-        seq = SeqState(req.req_id, req.prompt_tokens + 1, req.output_tokens, computed_tokens=req.prompt_tokens,
+        # The prompt's full blocks arrived; the first token is known (from prefill) and not yet in
+        # KV. As in the live twin, the first decode step recomputes the prompt's partial last block
+        # with it: a bounded rank's scheduler computes it from `computed_tokens`; the lazy batch keeps
+        # the whole prompt as context and its first leap step prices the tail (`_tails`).
+        handed = req.prompt_tokens - self._tail(req) if self._bounded(d_idx) else req.prompt_tokens
+        seq = SeqState(req.req_id, req.prompt_tokens + 1, req.output_tokens, computed_tokens=handed,
                        payload=flight)
         if not self._fits_decode_kv(req) or not self.decode[d_idx].ranks[rank].admit(seq):
             self.metrics.rejected += 1
             self._release_decode(flight)
             return self._followups(req, now)
         return self._kick_decode(now, d_idx)
+
+    def _tail(self, req: Request) -> int:
+        """Prompt tokens past its last full block: KV the hand-off does not move."""
+        return req.prompt_tokens % self.target_block_tokens
 
     def _fits_decode_kv(self, req: Request) -> bool:
         """A request whose whole context cannot fit a decode rank's KV alone would never finish."""
@@ -134,13 +146,25 @@ class DecodeSide:
         if not active:
             inst.busy, self._leaps[idx] = False, None
             return []
-        steps = min(sched.decode_steps_to_next_finish() for sched in active)
-        mid = (steps - 1) // 2  # context grows one token per step: charge the middle step
-        cost = self._decode_cost(inst.layout, loads, mid)
+        tails = self._tails(inst, joined)
+        if any(tails):  # the newcomers' first step also recomputes their prompts' partial last blocks
+            steps, cost = 1, self.timing.decode_token_time(inst.layout, StepBatch(tuple(
+                _decode_rank_batch(n, ctx, 0, tail) for (n, ctx), tail in zip(loads, tails, strict=True))))
+        else:
+            steps = min(sched.decode_steps_to_next_finish() for sched in active)
+            mid = (steps - 1) // 2  # context grows one token per step: charge the middle step
+            cost = self._decode_cost(inst.layout, loads, mid)
         self._versions[idx] += 1
         inst.busy = True
         self._leaps[idx] = Leap(now, steps, cost.total_s, cost, self._versions[idx], joined)
         return [DecodeLeapEnd(now + steps * cost.total_s, idx, self._versions[idx])]
+
+    def _tails(self, inst: Any, joined: list[SeqState]) -> list[int]:
+        """Per rank of a lazy decode instance: tail tokens its newcomers recompute in their first step."""
+        if not joined:
+            return [0] * len(inst.ranks)
+        return [sum(self._tail(s.payload.request) for s in joined if s.req_id in sched.decoding.seqs)
+                for sched in inst.ranks]
 
     def _decode_cost(self, layout: Any, loads: list[tuple[int, int]], extra: int) -> Any:
         fast = getattr(self.timing, "decode_step_time", None)  # CachedTiming: no batch arrays

@@ -66,9 +66,12 @@ class CachedTiming:
     def step_time(self, phase: str, layout: Any, batch: StepBatch) -> StepCost:
         self.calls += 1
         order = None
-        if phase == "decode":
+        # single-token decode ranks are keyed as a whole; a rank with longer chunks (a recompute)
+        # by its own tokens, as prefill ranks are
+        pure = phase == "decode" and all(bool((rb.new_tokens == 1).all()) for rb in batch.ranks)
+        if pure:
             sig: tuple = self._decode_signature(batch)
-        else:  # prefill ranks are interchangeable: key by the sorted signatures, map busy times back
+        else:  # ranks are interchangeable: key by the sorted signatures, map busy times back
             per_rank = [self._signature(rb) for rb in batch.ranks]
             order = sorted(range(len(per_rank)), key=per_rank.__getitem__)
             sig = tuple(per_rank[i] for i in order)
@@ -76,7 +79,7 @@ class CachedTiming:
         cost = self._steps.get(key)
         if cost is None:
             self.misses += 1
-            rep = _decode_representative(*sig) if phase == "decode" else StepBatch(
+            rep = _decode_representative(*sig) if pure else StepBatch(
                 tuple(_representative(*s) for s in sig))
             cost = self._steps[key] = self.timing.step_time(phase, layout, rep)
         if order is not None and order != sorted(order) and len(cost.rank_busy_s) == len(order):
@@ -100,7 +103,10 @@ class CachedTiming:
         return cost
 
     def decode_token_time(self, layout: Any, batch: StepBatch) -> StepCost:
-        """timing.decode_token_time (per output token, MTP-aware), memoized by the decode signature."""
+        """timing.decode_token_time (per output token, MTP-aware), memoized by the decode signature;
+        a batch with longer chunks (a recompute) is the decode step it is, as timing's own rule."""
+        if not all(bool((rb.new_tokens == 1).all()) for rb in batch.ranks):
+            return self.step_time("decode", layout, batch)
         self.calls += 1
         key = ("decode-token", getattr(layout, "key", layout), self._decode_signature(batch))
         cost = self._steps.get(key)

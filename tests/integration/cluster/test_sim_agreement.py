@@ -13,7 +13,8 @@ cache sizes and policy, with arrivals spaced far apart so neither side queues. T
 order and token for token, are the same on both sides.
 
 Tolerances (why), measured on the first run: hit rate 0.7786 live = 0.7786 sim (= the ideal);
-TTFT P50 13.869 ms live vs 13.867 ms sim, every request within 0.6%.
+TTFT P50 13.869 ms live vs 13.867 ms sim, every request within 0.6% (with the partial last block
+charged on both sides, issue 17 item 3: 13.126 vs 13.131 ms, every request within 0.6%).
 - prefix hit rate within 0.02 absolute: both sides route with the same policy code on the same
   block hashes, so they hit the same blocks; 0.02 leaves room for a tie broken the other way.
 - TTFT P50 within 5% (each request within 10%): live TTFT is priced by the same TimingModel step
@@ -21,15 +22,17 @@ TTFT P50 13.869 ms live vs 13.867 ms sim, every request within 0.6%.
   decode leap charging its middle step to every step and sharing the batch's context evenly
   (<1% here). 5% also absorbs a decode rank still busy with an earlier test's stream.
 Both hit rates must be most of the ideal (routing or caching broken on either side fails), and the
-one fully cold request must be the slowest on both sides.
+one fully cold request must be slower than the median on both sides.
 
 What the first runs found (fixed, not tolerated): live TTFT was 18% *below* the sim because the
 decode service stamped the prefill's first token at the start of the first decode step (first
 decode step ~0), while the target's decode rank samples token 1 in that step (the sim's and
 DESIGN.md's TTFT = queue + prefill + KV transfer + first decode step); after that, live was 6%
 above because the twin's decode rank charged its recompute of the prompt's partial last block
-(up to 15 tokens, +1-1.5 ms a step) that the target, which receives that block's KV too, never
-does. services/decode/service.py and services/rank_worker.py now account both as the target.
+(up to 15 tokens, +1-1.5 ms a step) and the simulator did not. Both now charge what the engine
+computes (issue 17 item 3): the hand-off moves full blocks, so the first decode step computes the
+partial last block and the first token, live (services/rank_worker.py) and simulated
+(rackserve/sim/decode_side.py) alike.
 """
 
 from __future__ import annotations
@@ -193,9 +196,11 @@ def test_live_accounting_and_simulator_are_consistent(both_runs) -> None:
     assert ideal > 0.5
     assert live_hit > 0.8 * ideal and sim.hit_rate > 0.8 * ideal, report
     assert sim.hit_rate == pytest.approx(live_hit, abs=HIT_RATE_TOL), report
-    # the one fully cold request (session 0, turn 0) is the slowest on both sides
+    # the one fully cold request (session 0, turn 0) is slower than most on both sides (not
+    # necessarily the slowest: since both charge the first decode step's partial last block, up
+    # to 15 tokens, a long warm turn may outlast it, by 0.1 ms here)
     for ttft in (live_ttft, sim_ttft):
-        assert max(range(len(ttft)), key=ttft.__getitem__) == 0, report
+        assert ttft[0] > statistics.median(ttft), report
     assert statistics.median(sim_ttft) == pytest.approx(statistics.median(live_ttft),
                                                         rel=TTFT_REL_TOL), report
     for i, (a, b) in enumerate(zip(live_ttft, sim_ttft, strict=True)):

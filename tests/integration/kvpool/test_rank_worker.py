@@ -1,7 +1,7 @@
 """Rank workers in-process on a real pool service and Redis: a prefill rank reports the prefix its
 engine really started from and is charged for every token it computes (reused + computed = the
 prompt, even when its cache evicted pooled blocks between admission and the first step); the P->D
-hand-off is leased against eviction."""
+hand-off is leased against eviction, and a decode rank is charged what its engine computes."""
 
 from __future__ import annotations
 
@@ -50,12 +50,14 @@ def pressure(server, seed: int) -> None:
             assert other.put([int(rng.integers(1, 2**63))], [rng.bytes(BLOCK_BYTES)]).ok
 
 
-def test_the_hand_off_is_leased_against_eviction(
+def test_the_hand_off_is_leased_and_the_decode_rank_is_charged_what_it_computes(
     make_pool, redis_server
 ) -> None:
     """Prefill stores 5 full blocks and hands them off; another writer's puts evict everything
     unleased before the decode rank fetches. The decode rank still gets all 5 blocks (leased from
-    the prefill's commit to its read; on the old code they were gone and it recomputed them)."""
+    the prefill's commit to its read; on the old code they were gone and it recomputed them), and
+    its first step is charged exactly what its engine computed: the partial last block (3 tokens)
+    plus the first token (the old code charged 1)."""
     prompt = [t % 200 + 1 for t in range(83)]  # 5 full blocks + 3 tokens
     server, client = make_pool(PoolLimits(POOL_BLOCKS * BLOCK_BYTES, 0, 1 << 40, 0.9, 0.5, 30.0))
     ((_, _, emitted),) = run(worker(server, redis_server, 64, 0), {"p": prompt}, max_tokens=3).values()
@@ -65,7 +67,9 @@ def test_the_hand_off_is_leased_against_eviction(
     admitted = decode.submit_decode("d", prompt, emitted.token, list(emitted.kv_block_hashes),
                                     {"max_tokens": 3}, emitted.kv_lease_id)
     assert admitted.pool_hbm_tokens == 5 * 16
-    decode.step()
+    step = decode.step()
+    assert int(step.batch.new_tokens[0]) == 3 + 1  # charged = computed: the tail and the first token
+    assert int(step.batch.cached_tokens[0]) == 5 * 16
     decode.pool.client.flush_releases()
     assert client.stats().active_leases == 0
     pressure(server, seed=2)

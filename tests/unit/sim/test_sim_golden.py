@@ -3,7 +3,10 @@
 Three small fixed-seed scenarios on the real timing model (vr200, DeepSeek-V4.1-Flash), each with
 least-uncached-work and round-robin, are compared figure by figure (completions, TTFT/TPOT
 percentiles and every TTFT sample, hit rate per tier, rank busy/idle, evictions, recompute, pool
-occupancy and path busy, sizing...) with JSON written by main at 9e195d7, before any optimization:
+occupancy and path busy, sizing...) with JSON written by main at 9e195d7, before any optimization,
+and rewritten once since for an intended change of results (issue 17 item 3: the first decode step
+recomputes the prompt's partial last block, and the step memo prices decode batches with longer
+chunks by their tokens):
 - mooncake: the first 200 records of data/mooncake_synthetic_trace.jsonl at 0.3x inter-arrival,
   2 DEP2 prefill + Wide-EP 8 decode, small rank caches and pool (evictions in every tier),
   decode KV bounded (prompts that cannot fit are rejected);

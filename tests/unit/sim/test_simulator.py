@@ -10,6 +10,8 @@ from rackserve.workload.mooncake import read_trace, trace_requests
 from rackserve.workload.request import Request
 from rackserve.workload.source import ListSource
 
+from .conftest import LinearTiming
+
 TRACE = str(Path(__file__).resolve().parents[3] / "data" / "mooncake_synthetic_trace.jsonl")
 HUGE = 10**15
 
@@ -91,17 +93,43 @@ def test_rank_idle_is_zero_for_identical_work_and_positive_otherwise(timing):
 
 
 def test_leaping_decode_matches_step_by_step_time(timing):
-    prompt, out = 1000, 101  # odd step count: the middle step's context is the exact mean
+    prompt, out = 1000, 102  # 101 steps after the first: the middle step's context is the exact mean
     res = _run(_scenario(prefill=1, decode_ranks=2), timing,
                [Request(0, 0.0, prompt, out, tuple(range(15)))])
     t = timing
     prefill_s = t.PREFILL_S_PER_TOKEN * prompt + t.PREFILL_ATTN_S * prompt * prompt
     transfer_s = t.TRANSFER_S_PER_TOKEN * prompt
-    steps = [t.DECODE_BASE_S + t.DECODE_S_PER_SEQ + t.DECODE_S_PER_CTX_TOKEN * (prompt + i) for i in range(out)]
-    assert res.events < 10  # one leap, not 101 steps
-    # first token after the (mean) first step; the other out-1 tokens share the rest
-    assert res.ttft_p50_s == pytest.approx(prefill_s + transfer_s + sum(steps) / out, rel=1e-12)
+    tail = prompt % 64  # the hand-off moves full 64-token blocks: the first step recomputes the rest
+    steps = [t.DECODE_BASE_S + t.DECODE_S_PER_SEQ + t.DECODE_S_PER_CTX_TOKEN * (prompt - tail if i == 0 else prompt + i)
+             for i in range(out)]
+    assert res.events < 10  # the first step, then one leap, not 102 steps
+    # first token after the first step (tail + 1 tokens computed); the other out-1 tokens share the rest
+    assert res.ttft_p50_s == pytest.approx(prefill_s + transfer_s + steps[0], rel=1e-12)
     assert res.span_s == pytest.approx(prefill_s + transfer_s + sum(steps), rel=1e-12)
+
+
+class DecodeBatchLog(LinearTiming):
+    """The double, recording the decode batches it prices as (new tokens, cached tokens) per rank."""
+
+    def __init__(self) -> None:
+        self.decode_batches: list[list[tuple[list[int], list[int]]]] = []
+
+    def decode_token_time(self, layout, batch):
+        self.decode_batches.append([(rb.new_tokens.tolist(), rb.cached_tokens.tolist()) for rb in batch.ranks])
+        return super().decode_token_time(layout, batch)
+
+
+@pytest.mark.parametrize("sim", [{}, {"decode_kv_tokens_per_rank": 10**6}], ids=["lazy", "bounded"])
+def test_the_first_decode_step_recomputes_the_partial_last_block(sim):
+    """Charged = computed, as the live decode rank: the hand-off moves full blocks, so the first
+    decode step computes the prompt's last 1000 % 64 = 40 tokens and the first token (41, on
+    context 960); every later step one token. Both decode paths (lazy leap and bounded KV)."""
+    log = DecodeBatchLog()
+    res = _run(_scenario(prefill=1, decode_ranks=2, sim=sim), log, [Request(0, 0.0, 1000, 5, tuple(range(15)))])
+    assert res.completed == 1
+    first = [rank for rank in log.decode_batches[0] if rank[0]]
+    assert first == [([41], [960])]
+    assert all(new == [1] for batch in log.decode_batches[1:] for new, _ in batch if new)
 
 
 def test_newcomer_joins_the_running_batch_at_the_next_step_boundary(timing):

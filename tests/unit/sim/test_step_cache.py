@@ -23,3 +23,21 @@ def test_memo_matches_exact_on_linear_model_and_hits(timing):
     d_exact = timing.step_time("decode", "wide-ep", dec).total_s
     assert memo.step_time("decode", "wide-ep", dec).total_s == pytest.approx(d_exact, rel=0.03)
     assert memo.prefill_estimate_s("dep2", 1234, 0) == pytest.approx(timing.prefill_estimate_s("dep2", 1234, 0))
+
+
+def test_a_decode_batch_with_a_recompute_chunk_is_priced_by_its_tokens():
+    """The decode memo keys single-token ranks by sequences and context only; a batch with a longer
+    chunk (a newcomer's partial last block, a resumed request) must not hit that key, as the real
+    timing model prices it as the step it is."""
+    from rackserve.timing import TimingModel
+
+    tm = TimingModel.create("vr200", optimizations="rubin-optimized")
+    memo = CachedTiming(tm, rel=0.05)
+    lay = tm.layout("wide-ep", ranks=2)
+    pure = StepBatch((RankBatch.of([1, 1], [4000, 4000]), RankBatch.of([1], [4000])))
+    chunk = StepBatch((RankBatch.of([1, 64], [4000, 3937]), RankBatch.of([1], [4000])))
+    assert memo.decode_token_time(lay, pure).total_s == pytest.approx(tm.decode_token_time(lay, pure).total_s, rel=0.03)
+    exact = tm.decode_token_time(lay, chunk).total_s
+    assert exact > tm.decode_token_time(lay, pure).total_s * 1.2  # MTP's per-token division is off
+    assert memo.decode_token_time(lay, chunk).total_s == pytest.approx(exact, rel=0.03)
+    assert memo.step_time("decode", lay, chunk).total_s == pytest.approx(exact, rel=0.03)
