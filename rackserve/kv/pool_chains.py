@@ -10,7 +10,7 @@ tails first; the children check keeps that true under leases and suffix lookups 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from rackserve.kv.pool_limits import POOL_TIERS, PoolTier
@@ -31,6 +31,7 @@ class PoolChains:
     def __init__(self) -> None:
         self._lru: dict[PoolTier, OrderedDict[int, StoredBlock]] = {t: OrderedDict() for t in POOL_TIERS}
         self._all: dict[int, StoredBlock] = {}  # every stored block, whatever its tier (one lookup)
+        self._hbm = self._lru[POOL_TIERS[0]]
         self._children: dict[int, set[int]] = {}  # parent hash -> hashes of its stored children
 
     # ---- queries -------------------------------------------------------------------------
@@ -40,6 +41,28 @@ class PoolChains:
     def tier_of(self, block_hash: int) -> PoolTier | None:
         block = self._all.get(block_hash)
         return None if block is None else block.tier
+
+    def stored_prefix(self, hashes: Sequence[int]) -> tuple[int, int]:
+        """(blocks in the pool, of which in pool_hbm) at the start of a chain whose i-th hash's
+        parent is the (i-1)-th, by bisection: the pool is prefix-closed along a chain and its
+        tiers only get slower along it (pool_tiers.py), so both are leading runs."""
+        stored, hbm = self._all, self._hbm
+        lo, hi = 0, len(hashes)
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if hashes[mid] in stored:
+                lo = mid + 1
+            else:
+                hi = mid
+        end, lo = lo, 0
+        hi = end
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if hashes[mid] in hbm:
+                lo = mid + 1
+            else:
+                hi = mid
+        return end, lo
 
     def blocks(self, tier: PoolTier) -> list[StoredBlock]:
         """A tier's blocks from least to most recently used."""
@@ -87,20 +110,25 @@ class PoolChains:
 
     def touch(self, hashes: list[int], now: float) -> None:
         """Mark stored blocks of one chain as just used: tail first, then the chain's stored
-        ancestors up to its root, so no child is ever more recent than its parent."""
+        ancestors up to its root, so no child is ever more recent than its parent.
+        (Inlined per block: this runs over every block of every simulated prompt.)"""
+        if not hashes:
+            return
+        stored, lru = self._all, self._lru
         for h in reversed(hashes):
-            self._touch_one(h, now)
-        block = self.get(hashes[0]) if hashes else None
-        while block is not None and block.parent_hash is not None:
-            block = self.get(block.parent_hash)
+            block = stored.get(h)
             if block is not None:
-                self._touch_one(block.block_hash, now)
-
-    def _touch_one(self, block_hash: int, now: float) -> None:
-        block = self._all.get(block_hash)
-        if block is not None:
+                block.last_use = now
+                lru[block.tier].move_to_end(h)
+        block = stored.get(hashes[0])
+        parent = None if block is None else block.parent_hash
+        while parent is not None:
+            block = stored.get(parent)
+            if block is None:
+                return
             block.last_use = now
-            self._lru[block.tier].move_to_end(block_hash)
+            lru[block.tier].move_to_end(parent)
+            parent = block.parent_hash
 
     def clear(self) -> None:
         for tier in POOL_TIERS:

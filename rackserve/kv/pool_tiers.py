@@ -43,6 +43,7 @@ __all__ = ["POOL_PUBLISHER", "POOL_TIERS", "BlockPut", "Lookup", "PoolCounters",
            "PoolPrefix", "PoolTier", "PoolTiers", "PutStatus", "Reservation", "TierUsage"]
 
 POOL_PUBLISHER = Publisher("pool", 0)
+_TIER_INDEX = {t: i for i, t in enumerate(POOL_TIERS)}
 
 
 @dataclass(slots=True)
@@ -95,6 +96,13 @@ class PoolTiers:
             tiers.append(tier)
         return PoolPrefix(len(tiers), tuple(tiers))
 
+    def stored_prefix(self, chain: list[int], now: float) -> tuple[int, int]:
+        """(leading blocks stored, of which in pool_hbm) of a chain whose every hash follows the one
+        before it (a request's chained block hashes): `match_prefix` in O(log n) lookups, since
+        storage and eviction keep the pool prefix-closed and tiers only slow down along a chain."""
+        self.expire(now)
+        return self._chains.stored_prefix(chain)
+
     def usage(self, tier: PoolTier) -> TierUsage:
         blocks = self._chains.blocks(tier)
         return TierUsage(len(blocks), sum(b.size for b in blocks), sum(b.charge for b in blocks),
@@ -136,22 +144,30 @@ class PoolTiers:
 
     def _reserve_one(self, put: BlockPut, owner: str, now: float, txn: int, parent: int | None,
                      expires_at: float) -> tuple[PutStatus, PoolTier | None]:
-        existing = self.tier_of(put.block_hash)
+        # per block of every put (the simulator's hot path): lookups bound to locals
+        h, chains, pending_of = put.block_hash, self._chains, self._pending
+        existing = chains.tier_of(h)
         if existing is not None:
             return "exists", existing
-        if put.block_hash in self._pending:
-            return "pending", self._pending[put.block_hash].block.tier
-        if parent is not None and not self.is_known(parent):
-            return "no_space", None  # an orphan: nothing could reach it
+        pending = pending_of.get(h)
+        if pending is not None:
+            return "pending", pending.block.tier
+        first = 0  # _tier_after(parent), found with the parent's is_known check
+        if parent is not None:
+            known = pending_of.get(parent)
+            parent_tier = known.block.tier if known is not None else chains.tier_of(parent)
+            if parent_tier is None:
+                return "no_space", None  # an orphan: nothing could reach it
+            first = _TIER_INDEX[parent_tier]
         charge = put.target_size or self.limits.block_charge_bytes or put.size
         self._pinned[parent] += 1  # its parent stays where it is until it commits (or is released)
-        tier = self._allocate(charge, put.size, self._tier_after(parent))
+        tier = self._allocate(charge, put.size, first)
         if tier is None:
             self._pinned[parent] -= 1
             self.counters.alloc_failures += 1
             return "no_space", None
-        block = StoredBlock(put.block_hash, put.size, charge, owner, tier, now, parent)
-        self._pending[put.block_hash] = _Pending(txn, block, expires_at)
+        block = StoredBlock(h, put.size, charge, owner, tier, now, parent)
+        pending_of[h] = _Pending(txn, block, expires_at)
         self._reserved[tier] += charge
         return "reserved", tier
 
@@ -168,14 +184,15 @@ class PoolTiers:
             return ()
         wanted = None if hashes is None else set(hashes)
         stored: list[int] = []
-        for h in [h for h in booked if wanted is None or h in wanted]:
-            pending = self._pending.get(h)
+        pending_of, tier_of = self._pending, self._chains.tier_of
+        for h in list(booked) if wanted is None else [h for h in booked if h in wanted]:
+            pending = pending_of.get(h)
             parent = pending.block.parent_hash if pending else None
             if pending is None or pending.txn != txn:
                 booked.pop(h, None)
-            elif parent is None or self.tier_of(parent) is not None:
+            elif parent is None or tier_of(parent) is not None:
                 stored += self._store(h, now)
-            elif parent in self._pending:  # its parent is being written: it goes in with it
+            elif parent in pending_of:  # its parent is being written: it goes in with it
                 pending.written = True
                 self._waiting.setdefault(parent, set()).add(h)
             else:  # its parent is gone: it could never be matched
@@ -188,18 +205,21 @@ class PoolTiers:
     def _store(self, block_hash: int, now: float) -> list[int]:
         """Store a written block and then the written children that waited for it."""
         out, todo = [], [block_hash]
+        reserved, add, emit, txn_of, waiting = (self._reserved, self._chains.add, self._outbox.emit, self._txn_of,
+                                                  self._waiting)
         while todo:
             h = todo.pop()
             pending = self._take_pending(h)
             block = pending.block
-            self._reserved[block.tier] -= block.charge
+            reserved[block.tier] -= block.charge
             block.last_use = now
-            self._chains.add(block)
-            self._outbox.emit("stored", block.tier, h, block.parent_hash)
-            self.counters.committed_blocks += 1
-            self._txn_of[h] = pending.txn
+            add(block)
+            emit("stored", block.tier, h, block.parent_hash)
+            txn_of[h] = pending.txn
             out.append(h)
-            todo += sorted(self._waiting.pop(h, ()))
+            if waiting:
+                todo += sorted(waiting.pop(h, ()))
+        self.counters.committed_blocks += len(out)
         return out
 
     def _drop_txn_if_done(self, txn: int) -> None:
@@ -223,11 +243,15 @@ class PoolTiers:
 
     def _take_pending(self, block_hash: int) -> _Pending:
         pending = self._pending.pop(block_hash)
-        self._pinned[pending.block.parent_hash] -= 1
-        self._txns.get(pending.txn, {}).pop(block_hash, None)
-        waiting = self._waiting.get(pending.block.parent_hash)  # type: ignore[arg-type]
-        if waiting is not None:
-            waiting.discard(block_hash)
+        parent = pending.block.parent_hash
+        self._pinned[parent] -= 1
+        booked = self._txns.get(pending.txn)
+        if booked is not None:
+            booked.pop(block_hash, None)
+        if self._waiting:
+            waiting = self._waiting.get(parent)  # type: ignore[arg-type]
+            if waiting is not None:
+                waiting.discard(block_hash)
         return pending
 
     def _kept(self, block_hash: int) -> bool:
@@ -344,14 +368,16 @@ class PoolTiers:
     def _allocate(self, charge: int, size: int, first: int = 0) -> PoolTier | None:
         """Book `charge` target bytes in the first tier from `first` on that can hold them, and
         `size` actual bytes."""
+        used, high = self._used, self._high
         for tier in POOL_TIERS[first:]:
-            if self._make_room(tier, charge):
+            if used[tier] + charge <= high[tier] or self._make_room(tier, charge):
                 break
         else:
             return None
-        if not self._make_budget_room(size):
+        budget = self.limits.budget_bytes  # below the high watermark _make_budget_room is True
+        if self._actual_used + size > self.limits.high_watermark * budget and not self._make_budget_room(size):
             return None
-        self._used[tier] += charge
+        used[tier] += charge
         self._actual_used += size
         return tier
 

@@ -7,6 +7,7 @@ code and unit tests build tiny cluster states by hand.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Literal
 
 Role = Literal["prefill", "decode"]
@@ -72,18 +73,18 @@ class ClusterView:
     _decode_best: dict[str | None, RankState] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # built once per routing decision of the simulator: per-rank work runs in C (sorted/min
+        # with attrgetter keys); min keeps the first of equals, as a strict-less scan would
         prefill = tuple(r for r in self.ranks if r.role == "prefill" and r.healthy)
         by_load: dict[str, list[RankState]] = {}
-        for r in sorted(prefill, key=lambda r: r.load_order):
+        for r in sorted(prefill, key=_LOAD_ORDER):
             by_load.setdefault(r.layout, []).append(r)
+        decode = [r for r in self.ranks if r.role == "decode" and r.healthy]
         decode_best: dict[str | None, RankState] = {}
-        for r in self.ranks:
-            if r.role != "decode" or not r.healthy:
-                continue
-            for layout in (None, r.layout):
-                best = decode_best.get(layout)
-                if best is None or _decode_load(r) < _decode_load(best):
-                    decode_best[layout] = r
+        if decode:
+            decode_best[None] = min(decode, key=_decode_load)
+            for layout in dict.fromkeys(r.layout for r in decode):
+                decode_best[layout] = min((r for r in decode if r.layout == layout), key=_decode_load)
         object.__setattr__(self, "_prefill", prefill)
         object.__setattr__(self, "prefill_by_key", {r.key: r for r in prefill})
         object.__setattr__(self, "_by_load", {k: tuple(v) for k, v in by_load.items()})
@@ -113,8 +114,8 @@ class ClusterView:
         return self._decode_best.get(layout)
 
 
-def _decode_load(rank: RankState) -> tuple[int, int]:
-    return (rank.active_decode_blocks, rank.running_seqs)
+_decode_load = attrgetter("active_decode_blocks", "running_seqs")  # decode load order of a rank
+_LOAD_ORDER = attrgetter("load_order")
 
 
 @dataclass(frozen=True, slots=True)

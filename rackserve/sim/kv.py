@@ -11,7 +11,7 @@ the put had not committed yet).
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 
 from rackserve.kv.events import EventSequencer, KVEvent, Publisher
@@ -58,9 +58,7 @@ class RankCache:
         n = self.match(hashes)  # held: a prefix (see match); the rest is new
         new = tuple(hashes[n:])
         lru.update(dict.fromkeys(reversed(new)))
-        move = lru.move_to_end
-        for h in reversed(hashes[:n]):
-            move(h)
+        deque(map(lru.move_to_end, reversed(hashes[:n])), maxlen=0)  # touch the held prefix, in C
         events = []
         if new:
             new_parent = parent if n == 0 else hashes[n - 1]
@@ -109,8 +107,7 @@ class ClusterKV:
         ks = keys.keys
         n_rank = self.caches[rank].match(ks)
         rest = list(ks[n_rank:])
-        pm = self.pool.match_prefix(rest, now) if rest else None
-        n_pool = pm.count if pm else 0
+        n_pool, n_phbm = self.pool.stored_prefix(rest, now) if rest else (0, 0)
         if n_pool:
             # refresh LRU: touching the last hit touches its stored ancestors too (the whole hit)
             self.pool.lookup([rest[n_pool - 1]], now, lease=False)
@@ -118,11 +115,10 @@ class ClusterKV:
         end = n_rank + n_pool
         blocks = {"rank_hbm": keys.blocks_in(n_rank), "pool_hbm": 0, "pool_dram": 0}
         if n_pool:  # every key covers `group` blocks but the prompt's tail key
-            tiers = pm.tiers
-            n_dram = tiers.count("pool_dram")
+            n_dram = n_pool - n_phbm
             blocks["pool_dram"] = n_dram * keys.group
-            blocks["pool_hbm"] = (n_pool - n_dram) * keys.group
-            blocks[tiers[-1]] -= keys.group - keys.element_blocks(end - 1)
+            blocks["pool_hbm"] = n_phbm * keys.group
+            blocks["pool_dram" if n_dram else "pool_hbm"] -= keys.group - keys.element_blocks(end - 1)
         if end < len(ks):  # an earlier, shorter prompt's tail inside the next group
             extra = keys.refine(end, lambda h: h in lru or pool.tier_of(h) is not None)
             if extra:
