@@ -125,6 +125,9 @@ class PoolTiers:
         """Book space for the blocks not stored yet. `parent_hash` precedes blocks[0] in its chain."""
         self.expire(now)
         txn, expires_at = self._new_id(), now + self.limits.lease_s
+        fast = self._reserve_chain(blocks, owner, now, txn, parent_hash, expires_at)
+        if fast is not None:
+            return fast
         statuses: list[PutStatus] = []
         tiers: list[PoolTier | None] = []
         booked: list[int] = []
@@ -141,6 +144,45 @@ class PoolTiers:
             self._txns[txn] = dict.fromkeys(booked)
             heapq.heappush(self._txn_heap, (expires_at, txn))
         return Reservation(txn, tuple(statuses), tuple(tiers), expires_at)
+
+    def _reserve_chain(self, blocks: list[BlockPut], owner: str, now: float, txn: int, parent_hash: int | None,
+                       expires_at: float) -> Reservation | None:
+        """The common put in one pass (the simulator's every prompt): all blocks new, their parent
+        known and their tier below its high watermark with all of them, so `_reserve_one` would
+        reserve each in the parent's tier without evicting. None: take the general path."""
+        hashes = [b.block_hash for b in blocks]
+        pending_of, hbm, dram = self._pending, self._chains._hbm, self._chains._dram
+        if not hashes or len(set(hashes)) != len(hashes) or not (
+                pending_of.keys().isdisjoint(hashes) and hbm.keys().isdisjoint(hashes)
+                and dram.keys().isdisjoint(hashes)):
+            return None
+        first = 0
+        if parent_hash is not None:
+            known = pending_of.get(parent_hash)
+            parent_tier = known.block.tier if known is not None else self._chains.tier_of(parent_hash)
+            if parent_tier is None:
+                return None
+            first = _TIER_INDEX[parent_tier]
+        tier = POOL_TIERS[first]
+        default = self.limits.block_charge_bytes
+        charges = [b.target_size or default or b.size for b in blocks]
+        total, size = sum(charges), sum(b.size for b in blocks)
+        if (self._used[tier] + total > self._high[tier]
+                or self._actual_used + size > self.limits.high_watermark * self.limits.budget_bytes):
+            return None
+        parents = [parent_hash, *hashes[:-1]]
+        self._pinned.update(parents)  # each parent stays where it is until its child commits
+        for put, charge, parent in zip(blocks, charges, parents, strict=True):
+            block = StoredBlock(put.block_hash, put.size, charge, owner, tier, now, parent)
+            pending_of[put.block_hash] = _Pending(txn, block, expires_at)
+        self._used[tier] += total
+        self._actual_used += size
+        self._reserved[tier] += total
+        self.counters.puts += 1
+        self.counters.put_blocks += len(blocks)
+        self._txns[txn] = dict.fromkeys(hashes)
+        heapq.heappush(self._txn_heap, (expires_at, txn))
+        return Reservation(txn, ("reserved",) * len(hashes), (tier,) * len(hashes), expires_at)
 
     def _reserve_one(self, put: BlockPut, owner: str, now: float, txn: int, parent: int | None,
                      expires_at: float) -> tuple[PutStatus, PoolTier | None]:
@@ -182,6 +224,10 @@ class PoolTiers:
         booked = self._txns.get(txn)
         if booked is None:
             return ()
+        if hashes is None:
+            chain = self._commit_chain(txn, booked, now)
+            if chain is not None:
+                return chain
         wanted = None if hashes is None else set(hashes)
         stored: list[int] = []
         pending_of, tier_of = self._pending, self._chains.tier_of
@@ -201,6 +247,45 @@ class PoolTiers:
         mine = tuple(h for h in stored if self._txn_of.pop(h) == txn)
         self._drop_txn_if_done(txn)
         return mine
+
+    def _commit_chain(self, txn: int, booked: dict[int, None], now: float) -> tuple[int, ...] | None:
+        """The common commit in one pass: a whole reservation that is one chain whose first
+        parent is stored, nobody waiting on anything; the general loop would store its blocks in
+        order (each parent just before its child). None (nothing done): take the general path."""
+        if self._waiting or not booked:
+            return None
+        pending_of, chains = self._pending, self._chains
+        items = [pending_of.get(h) for h in booked]
+        prev = None
+        for h, pending in zip(booked, items, strict=True):
+            if pending is None or pending.txn != txn:
+                return None
+            parent = pending.block.parent_hash
+            if prev is not None and parent != prev:
+                return None
+            prev = h
+        first = items[0].block.parent_hash
+        if first is not None and chains.tier_of(first) is None:
+            return None
+        pinned, reserved, children = self._pinned, self._reserved, chains._children
+        lru, emit = chains._lru, self._outbox.emit
+        for h, pending in zip(booked, items, strict=True):
+            del pending_of[h]
+            block = pending.block
+            parent = block.parent_hash
+            pinned[parent] -= 1
+            reserved[block.tier] -= block.charge
+            block.last_use = now
+            lru[block.tier][h] = block
+            if parent is not None:
+                children.setdefault(parent, set()).add(h)
+            emit("stored", block.tier, h, parent)
+        self.counters.committed_blocks += len(items)
+        stored = list(booked)
+        booked.clear()
+        chains.touch(stored, now)
+        del self._txns[txn]
+        return tuple(stored)
 
     def _store(self, block_hash: int, now: float) -> list[int]:
         """Store a written block and then the written children that waited for it."""
