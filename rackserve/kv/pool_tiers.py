@@ -151,10 +151,9 @@ class PoolTiers:
         known and their tier below its high watermark with all of them, so `_reserve_one` would
         reserve each in the parent's tier without evicting. None: take the general path."""
         hashes = [b.block_hash for b in blocks]
-        pending_of, hbm, dram = self._pending, self._chains._hbm, self._chains._dram
+        pending_of, stored = self._pending, self._chains._all
         if not hashes or len(set(hashes)) != len(hashes) or not (
-                pending_of.keys().isdisjoint(hashes) and hbm.keys().isdisjoint(hashes)
-                and dram.keys().isdisjoint(hashes)):
+                pending_of.keys().isdisjoint(hashes) and stored.keys().isdisjoint(hashes)):
             return None
         first = 0
         if parent_hash is not None:
@@ -268,7 +267,7 @@ class PoolTiers:
         if first is not None and chains.tier_of(first) is None:
             return None
         pinned, reserved, children = self._pinned, self._reserved, chains._children
-        lru, emit = chains._lru, self._outbox.emit
+        lru, stored, emit = chains._lru, chains._all, self._outbox.emit
         for h, pending in zip(booked, items, strict=True):
             del pending_of[h]
             block = pending.block
@@ -276,16 +275,17 @@ class PoolTiers:
             pinned[parent] -= 1
             reserved[block.tier] -= block.charge
             block.last_use = now
-            lru[block.tier][h] = block
+            lru[block.tier][h] = block  # PoolChains.add without its orphan check (checked above)
+            stored[h] = block
             if parent is not None:
                 children.setdefault(parent, set()).add(h)
             emit("stored", block.tier, h, parent)
         self.counters.committed_blocks += len(items)
-        stored = list(booked)
+        chain = list(booked)
         booked.clear()
-        chains.touch(stored, now)
+        chains.touch(chain, now)
         del self._txns[txn]
-        return tuple(stored)
+        return tuple(chain)
 
     def _store(self, block_hash: int, now: float) -> list[int]:
         """Store a written block and then the written children that waited for it."""
