@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Collection
 
-from rackserve.sched.decode_batch import DecodeBatch
+from rackserve.sched.decode_batch import DecodeBatch, DecodeClock
 from rackserve.sched.kv_ledger import KVLedger
 from rackserve.sched.limits import SchedulerLimits
 from rackserve.sched.output import ScheduledSeq, SchedulerOutput
@@ -38,13 +38,16 @@ class RankScheduler:
         limits: SchedulerLimits,
         on_start: Callable[[SeqState], None] | None = None,
         kv: KVLedger | None = None,
+        decode_clock: DecodeClock | None = None,
+        rank: int = 0,
     ) -> None:
         self.limits = limits
         self.on_start = on_start
         self.kv = kv
         self.waiting: deque[SeqState] = deque()
         self.running: list[SeqState] = []  # started, in start order (newest last)
-        self.decoding = DecodeBatch()  # the lazy decode path's batch
+        # the lazy decode path's batch; lockstep ranks may share one clock (`rank`: this one's index)
+        self.decoding = DecodeBatch(decode_clock, rank)
         self.num_preemptions = 0
         self._reserved = 0  # lazy decode path: final context of the batch's sequences
         self._seqs: dict[int | str, SeqState] = {}
@@ -250,6 +253,10 @@ class RankScheduler:
         return the sequences that sampled their last token."""
         done = self.decoding.advance(steps)
         for seq in done:
-            del self._seqs[seq.req_id]
-            self._reserved -= seq.computed_tokens
+            self.decoded(seq)
         return done
+
+    def decoded(self, seq: SeqState) -> None:
+        """A sequence of the lazy batch sampled its last token (its batch's clock let it go)."""
+        del self._seqs[seq.req_id]
+        self._reserved -= seq.computed_tokens

@@ -38,6 +38,15 @@ def _decode_rank_batch(seqs: int, context_tokens: int, extra: int, tail: int = 0
     return RankBatch(new, cached)
 
 
+def _tail_totals(seqs: int, context_tokens: int, tail: int) -> tuple[int, int, int, int, int]:
+    """SchedulerOutput.totals() of `_decode_rank_batch(seqs, context_tokens, 0, tail)`, without arrays."""
+    if seqs == 0:
+        return (0, 0, 0, 0, 0)
+    cached = context_tokens - tail
+    first = cached // seqs + (1 if cached % seqs else 0)  # the first sequence's cached tokens
+    return (seqs, seqs + tail, cached + tail * first, 0, 0)
+
+
 def _drop_event(_: object) -> None:
     """Decode-rank KV events are not routed on: the simulator discards them."""
 
@@ -76,6 +85,7 @@ class DecodeSide:
             self.metrics.rejected += 1
             self._release_decode(flight)
             return self._followups(req, now)
+        self._decode_waiting[d_idx].add(rank)
         return self._kick_decode(now, d_idx)
 
     def _tail(self, req: Request) -> int:
@@ -139,39 +149,61 @@ class DecodeSide:
             return self._start_decode_step(now, idx)
         inst = self.decode[idx]
         joined = list(joined or [])
-        for sched in inst.ranks:
-            joined.extend(sched.promote_decode())
-        loads = [sched.decode_load() for sched in inst.ranks]
-        active = [sched for sched, (n, _) in zip(inst.ranks, loads, strict=True) if n]
-        if not active:
+        waiting = self._decode_waiting[idx]
+        if waiting:  # only ranks with waiting sequences can promote (the others would do nothing)
+            for r in sorted(waiting):
+                sched = inst.ranks[r]
+                joined.extend(sched.promote_decode())
+                if not sched.waiting:
+                    waiting.discard(r)
+        clock = inst.ranks[0].decoding.clock
+        if not clock.seqs:
             inst.busy, self._leaps[idx] = False, None
             return []
-        tails = self._tails(inst, joined)
-        if any(tails):  # the newcomers' first step also recomputes their prompts' partial last blocks
-            steps, cost = 1, self.timing.decode_token_time(inst.layout, StepBatch(tuple(
-                _decode_rank_batch(n, ctx, 0, tail) for (n, ctx), tail in zip(loads, tails, strict=True))))
+        tails = self._tails(joined)
+        if tails:  # the newcomers' first step also recomputes their prompts' partial last blocks
+            steps, cost = 1, self._tail_step_cost(inst, tails)
         else:
-            steps = min(sched.decode_steps_to_next_finish() for sched in active)
+            steps = clock.steps_to_next_finish()
             mid = (steps - 1) // 2  # context grows one token per step: charge the middle step
-            cost = self._decode_cost(inst.layout, loads, mid)
+            cost = self._decode_cost(inst, mid)
         self._versions[idx] += 1
         inst.busy = True
         self._leaps[idx] = Leap(now, steps, cost.total_s, cost, self._versions[idx], joined)
         return [DecodeLeapEnd(now + steps * cost.total_s, idx, self._versions[idx])]
 
-    def _tails(self, inst: Any, joined: list[SeqState]) -> list[int]:
-        """Per rank of a lazy decode instance: tail tokens its newcomers recompute in their first step."""
-        if not joined:
-            return [0] * len(inst.ranks)
-        return [sum(self._tail(s.payload.request) for s in joined if s.req_id in sched.decoding.seqs)
-                for sched in inst.ranks]
+    def _tails(self, joined: list[SeqState]) -> dict[int, int]:
+        """Per rank of a lazy decode instance (only those with some): tail tokens its newcomers
+        recompute in their first step."""
+        tails: dict[int, int] = {}
+        for s in joined:
+            tail = self._tail(s.payload.request)
+            if tail:
+                rank = s.payload.decode[1]
+                tails[rank] = tails.get(rank, 0) + tail
+        return tails
 
-    def _decode_cost(self, layout: Any, loads: list[tuple[int, int]], extra: int) -> Any:
-        fast = getattr(self.timing, "decode_step_time", None)  # CachedTiming: no batch arrays
+    def _tail_step_cost(self, inst: Any, tails: dict[int, int]) -> Any:
+        """The cost of a lazy batch's step in which newcomers compute their tails with the first token."""
+        counts = inst.ranks[0].decoding.clock.counts
+        ctx = [inst.ranks[r].decoding.context_tokens if n else 0 for r, n in enumerate(counts)]
+        fast = getattr(self.timing, "step_time_of", None)  # CachedTiming: keyed on totals, no arrays
         if fast is not None:
-            return fast(layout, loads, extra)
+            return fast("decode", inst.layout, [_tail_totals(n, c, tails.get(r, 0))
+                                                for r, (n, c) in enumerate(zip(counts, ctx, strict=True))])
+        return self.timing.decode_token_time(inst.layout, StepBatch(tuple(
+            _decode_rank_batch(n, c, 0, tails.get(r, 0)) for r, (n, c) in enumerate(zip(counts, ctx, strict=True)))))
+
+    def _decode_cost(self, inst: Any, extra: int) -> Any:
+        """The per-token cost of the lazy batch of `inst`, each sequence `extra` tokens further."""
+        clock = inst.ranks[0].decoding.clock
+        fast = getattr(self.timing, "decode_step_time_of", None)  # CachedTiming: from the totals
+        if fast is not None:
+            return fast(inst.layout, len(clock.counts), clock.active, clock.seqs, max(clock.counts),
+                        clock.context_tokens, extra)
+        loads = [sched.decode_load() for sched in inst.ranks]
         batch = StepBatch(tuple(_decode_rank_batch(n, ctx, extra) for n, ctx in loads))
-        return self.timing.decode_token_time(layout, batch)
+        return self.timing.decode_token_time(inst.layout, batch)
 
     def on_decode_leap_end(self, now: float, idx: int, version: int) -> list[Event]:
         leap = self._leaps[idx]
@@ -189,10 +221,10 @@ class DecodeSide:
                     ended += sched.advance_decode(leap.steps - 1)
                 for seq in ended:
                     out.extend(self._finish(now, seq.payload))
-        for sched in inst.ranks:
-            if len(sched.decoding):
-                for seq in sched.commit_decode(leap.steps):
-                    out.extend(self._finish(now, seq.payload))
+        elif inst.ranks[0].decoding.clock.seqs:
+            for batch, seq in inst.ranks[0].decoding.clock.advance(leap.steps):  # every rank at once
+                inst.ranks[batch.rank].decoded(seq)
+                out.extend(self._finish(now, seq.payload))
         self._leaps[idx] = None
         return out + self._start_leap(now, idx)
 

@@ -17,6 +17,7 @@ from rackserve.routing.policy import PolicySettings, make_policy
 from rackserve.routing.router import Router
 from rackserve.routing.timing_cost import TimingCost
 from rackserve.routing.view import ClusterView, RankState, RequestView
+from rackserve.sched.decode_batch import DecodeClock
 from rackserve.sched.limits import SchedulerLimits
 from rackserve.sched.scheduler import RankScheduler
 from rackserve.sched.seq_state import SeqState
@@ -117,6 +118,7 @@ class Simulator(DecodeSide):
         self._view: ClusterView | None = None
         self._versions = [0] * len(self.decode)
         self._leaps: list[Leap | None] = [None] * len(self.decode)
+        self._decode_waiting: list[set[int]] = [set() for _ in self.decode]  # ranks with waiting seqs
         self._events = 0
 
     # ---- construction ---------------------------------------------------------------------------
@@ -136,7 +138,9 @@ class Simulator(DecodeSide):
                     ledger = self._decode_ledger
                     limits = SchedulerLimits(sim.decode_max_num_batched_tokens, sz.decode_max_seqs[g], sim.max_queue_per_rank,
                                              reserve_kv_tokens=None if self._decode_kv_override() else sz.decode_kv_tokens[g])
-                    ranks = [RankScheduler(limits, kv=ledger()) for _ in range(group.dp_ranks)]
+                    clock = DecodeClock(group.dp_ranks)  # the lazy path's lockstep ranks step together
+                    ranks = [RankScheduler(limits, kv=ledger(), decode_clock=clock, rank=r)
+                             for r in range(group.dp_ranks)]
                     cache = 0
                 out.append(Instance(name, group.layout, layout, group.gpus, ranks, cache_tokens=cache))
         return out

@@ -92,9 +92,19 @@ class CachedTiming:
     def decode_step_time(self, layout: Any, loads: list[tuple[int, int]], extra: int) -> StepCost:
         """decode_token_time(layout, batch) for ranks given as (sequences, context tokens), each
         sequence `extra` tokens further along, without building the batch (same key, same cost)."""
-        self.calls += 1
         counts = [n for n, _ in loads]
-        sig = self._decode_sig(counts, [float(ctx + n * extra) if n else 0.0 for n, ctx in loads])
+        total = sum(counts)
+        return self.decode_step_time_of(layout, len(counts), sum(1 for c in counts if c), total, max(counts),
+                                        sum(ctx for _, ctx in loads), extra)
+
+    def decode_step_time_of(self, layout: Any, ranks: int, active: int, seqs: int, busiest: int,
+                            context_tokens: int, extra: int) -> StepCost:
+        """decode_step_time from the batch's totals: `seqs` sequences on `active` of `ranks` ranks,
+        `busiest` on the fullest, `context_tokens` in all, each sequence `extra` tokens further."""
+        self.calls += 1
+        g = self.grid
+        ctx = float(context_tokens + seqs * extra) / seqs if seqs else 0.0  # exact: integers below 2**53
+        sig = (ranks, active, g(seqs), g(busiest), g(ctx))
         key = ("decode-token", getattr(layout, "key", layout), sig)
         cost = self._steps.get(key)
         if cost is None:
