@@ -235,4 +235,4 @@ class DecodeSide:
 
     def _release_decode(self, flight: Flight) -> None:
         d_idx, rank = flight.decode
-        self._update((self.decode[d_idx].name, rank), active_decode_blocks=-flight.decode_blocks, running_seqs=-1)
+        self._update_decode((self.decode[d_idx].name, rank), -flight.decode_blocks, -1)

@@ -16,7 +16,7 @@ from typing import Any
 from rackserve.routing.policy import PolicySettings, make_policy
 from rackserve.routing.router import Router
 from rackserve.routing.timing_cost import TimingCost
-from rackserve.routing.view import ClusterView, RankState, RequestView
+from rackserve.routing.view import RankState, RequestView
 from rackserve.sched.decode_batch import DecodeClock
 from rackserve.sched.limits import SchedulerLimits
 from rackserve.sched.scheduler import RankScheduler
@@ -33,6 +33,7 @@ from rackserve.sim.events import (
 )
 from rackserve.sim.instances import Instance, Leap
 from rackserve.sim.kv import ClusterKV, pool_limits
+from rackserve.sim.live_view import LiveClusterView
 from rackserve.sim.metrics import Flight, MetricsCollector, SimResult
 from rackserve.sim.pool_paths import PoolPaths
 from rackserve.sim.result import build_result
@@ -114,8 +115,7 @@ class Simulator(DecodeSide):
         self.kv = ClusterKV(caches, pool, self.target_block_tokens, block_bytes, self.router.index, paths)
         self._where = {inst.name: (i, "prefill") for i, inst in enumerate(self.prefill)}
         self._where.update({inst.name: (i, "decode") for i, inst in enumerate(self.decode)})
-        self._states = {key: self._state(key) for key in self._all_keys()}
-        self._view: ClusterView | None = None
+        self._view = LiveClusterView([self._state(key) for key in self._all_keys()])
         self._versions = [0] * len(self.decode)
         self._leaps: list[Leap | None] = [None] * len(self.decode)
         self._decode_waiting: list[set[int]] = [set() for _ in self.decode]  # ranks with waiting seqs
@@ -148,23 +148,22 @@ class Simulator(DecodeSide):
     def _all_keys(self) -> list[tuple[str, int]]:
         return [(i.name, r) for i in (*self.prefill, *self.decode) for r in range(len(i.ranks))]
 
-    def _state(self, key: tuple[str, int], **load: Any) -> RankState:
+    def _state(self, key: tuple[str, int]) -> RankState:
         idx, role = self._where[key[0]]
         inst = (self.prefill if role == "prefill" else self.decode)[idx]
-        return RankState(key[0], key[1], inst.layout_name, role, **load)  # type: ignore[arg-type]
+        return RankState(key[0], key[1], inst.layout_name, role)  # type: ignore[arg-type]
 
-    def _update(self, key: tuple[str, int], **delta: float) -> None:
-        old = self._states[key]
-        fields = {name: getattr(old, name) + d for name, d in delta.items()}
-        load = {f: getattr(old, f) for f in ("queued_tokens", "queued_work_s", "active_decode_blocks", "running_seqs")}
-        load.update(fields)
-        self._states[key] = self._state(key, **load)
-        self._view = None
+    def _update_prefill(self, key: tuple[str, int], tokens: int, work_s: float) -> None:
+        """A prefill rank's queue grew (or shrank) by `tokens` uncached tokens and `work_s` seconds."""
+        old = self._view.state(key)
+        self._view.replace(RankState(old.instance, old.dp_rank, old.layout, old.role, old.queued_tokens + tokens,
+                                     old.queued_work_s + work_s, old.active_decode_blocks, old.running_seqs))
 
-    def _cluster(self) -> ClusterView:
-        if self._view is None:
-            self._view = ClusterView(tuple(self._states.values()))
-        return self._view
+    def _update_decode(self, key: tuple[str, int], blocks: int, seqs: int) -> None:
+        """A decode rank got (or lost) `seqs` sequences holding `blocks` KV blocks."""
+        old = self._view.state(key)
+        self._view.replace(RankState(old.instance, old.dp_rank, old.layout, old.role, old.queued_tokens,
+                                     old.queued_work_s, old.active_decode_blocks + blocks, old.running_seqs + seqs))
 
     # ---- run --------------------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -203,7 +202,7 @@ class Simulator(DecodeSide):
         self.metrics.on_arrival(now, req)
         keys = self._keys(req)
         view = RequestView(keys.keys, req.prompt_tokens, self.block_tokens, str(req.req_id))
-        decision = self.router.route(view, self._cluster())
+        decision = self.router.route(view, self._view)  # type: ignore[arg-type]  # a ClusterView's interface
         p_idx, _ = self._where[decision.instance]
         d_idx, _ = self._where[decision.decode_instance]
         flight = Flight(req, (p_idx, decision.dp_rank), (d_idx, decision.decode_dp_rank), decision.predicted)
@@ -218,10 +217,9 @@ class Simulator(DecodeSide):
 
     def _queue_load(self, flight: Flight, key: tuple[str, int], sign: int) -> None:
         req, cached = flight.request, flight.predicted.total
-        self._update(key, queued_tokens=sign * (req.prompt_tokens - cached), queued_work_s=sign * flight.queued_work_s)
+        self._update_prefill(key, sign * (req.prompt_tokens - cached), sign * flight.queued_work_s)
         d_idx, d_rank = flight.decode
-        self._update((self.decode[d_idx].name, d_rank), active_decode_blocks=sign * flight.decode_blocks,
-                     running_seqs=sign)
+        self._update_decode((self.decode[d_idx].name, d_rank), sign * flight.decode_blocks, sign)
 
     def _admit_prefill(self, now: float, flight: Flight, seq: SeqState) -> list[Event]:
         """The routed prompt joins its prefill rank's queue (or is rejected when that is full)."""
@@ -276,8 +274,7 @@ class Simulator(DecodeSide):
     def _prefilled(self, now: float, key: tuple[str, int], flight: Flight) -> Event:
         req = flight.request
         self.kv.store(key, flight.keys, flight.delivered.total, now)
-        self._update(key, queued_tokens=-(req.prompt_tokens - flight.predicted.total),
-                     queued_work_s=-flight.queued_work_s)
+        self._update_prefill(key, -(req.prompt_tokens - flight.predicted.total), -flight.queued_work_s)
         flight.prefill_end = now
         self.metrics.on_prefilled(flight, now)
         return KVArrive(now + self.timing.pd_transfer_s(req.prompt_tokens), flight)

@@ -1,0 +1,95 @@
+"""The simulator's cluster view, kept up to date one rank at a time instead of rebuilt per arrival.
+
+It answers exactly what rackserve.routing.view.ClusterView answers (the policies and decode
+placement call only these: `ranks`, `prefill_ranks()`, `prefill_rank()`, `prefill_by_key`,
+`prefill_by_load()`, `decode_ranks()`, `least_loaded_decode()`), in the same orders: prefill ranks
+per layout sorted by RankState.load_order, and the least-loaded decode rank by (active blocks,
+running sequences, view order). A rank's change costs O(log ranks) (two bisections) where the
+frozen view costs a pass over every rank and a sort. The simulator's ranks are always healthy.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+from rackserve.routing.view import RankId, RankState
+
+
+class LiveClusterView:
+    def __init__(self, ranks: list[RankState]) -> None:
+        assert all(r.healthy for r in ranks)
+        self._states: dict[RankId, RankState] = {r.key: r for r in ranks}
+        self._pos = {r.key: i for i, r in enumerate(ranks)}  # view order
+        self._prefill_keys = [r.key for r in ranks if r.role == "prefill"]
+        self.prefill_by_key: dict[RankId, RankState] = {k: self._states[k] for k in self._prefill_keys}
+        self._by_load: dict[str, list[tuple[tuple, RankState]]] = {}
+        self._decode: dict[str | None, list[tuple[tuple[int, int, int], RankState]]] = {}
+        for r in ranks:
+            self._insert(r)
+        self._ranks: tuple[RankState, ...] | None = None
+        self._prefill: tuple[RankState, ...] | None = None
+        self._loads: dict[str, tuple[RankState, ...]] | None = None
+
+    def state(self, key: RankId) -> RankState:
+        return self._states[key]
+
+    def replace(self, new: RankState) -> None:
+        """Rank `new.key` now reads `new`."""
+        old = self._states[new.key]
+        self._remove(old)
+        self._states[new.key] = new
+        self._insert(new)
+        self._ranks = None
+        if new.role == "prefill":
+            self.prefill_by_key[new.key] = new
+            self._prefill = self._loads = None
+
+    def _decode_key(self, r: RankState) -> tuple[int, int, int]:
+        return (r.active_decode_blocks, r.running_seqs, self._pos[r.key])
+
+    def _insert(self, r: RankState) -> None:
+        if r.role == "prefill":
+            insort(self._by_load.setdefault(r.layout, []), (r.load_order, r))
+        else:
+            k = self._decode_key(r)
+            for layout in (None, r.layout):
+                insort(self._decode.setdefault(layout, []), (k, r))
+
+    def _remove(self, r: RankState) -> None:
+        if r.role == "prefill":
+            items = self._by_load[r.layout]
+            del items[bisect_left(items, (r.load_order,))]  # load orders are unique (they end in the key)
+        else:
+            k = self._decode_key(r)
+            for layout in (None, r.layout):
+                items = self._decode[layout]
+                del items[bisect_left(items, (k,))]
+
+    # ---- the ClusterView interface --------------------------------------------------------------
+    @property
+    def ranks(self) -> tuple[RankState, ...]:
+        if self._ranks is None:
+            self._ranks = tuple(self._states.values())
+        return self._ranks
+
+    def prefill_ranks(self) -> tuple[RankState, ...]:
+        if self._prefill is None:
+            self._prefill = tuple(self.prefill_by_key[k] for k in self._prefill_keys)
+        return self._prefill
+
+    def prefill_rank(self, key: RankId) -> RankState | None:
+        return self.prefill_by_key.get(key)
+
+    def prefill_by_load(self) -> dict[str, tuple[RankState, ...]]:
+        if self._loads is None:
+            # layouts in the order of their least-loaded rank, as ClusterView builds them
+            ordered = sorted((items for items in self._by_load.values() if items), key=lambda items: items[0][0])
+            self._loads = {items[0][1].layout: tuple(r for _, r in items) for items in ordered}
+        return self._loads
+
+    def decode_ranks(self, layout: str | None = None) -> tuple[RankState, ...]:
+        return tuple(r for r in self.ranks if r.role == "decode" and (layout is None or r.layout == layout))
+
+    def least_loaded_decode(self, layout: str | None = None) -> RankState | None:
+        items = self._decode.get(layout)
+        return items[0][1] if items else None
