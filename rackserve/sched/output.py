@@ -46,6 +46,18 @@ class SchedulerOutput:
     def total_new_tokens(self) -> int:
         return sum(s.num_new_tokens for s in self.seqs)
 
+    def totals(self) -> tuple[int, int, int, int, int]:
+        """(sequences, new tokens, sum of new x cached tokens, pool HBM tokens, pool DRAM tokens):
+        what a step-cost memo keys on, without building the batch's arrays."""
+        n = new = dot = hbm = dram = 0
+        for s in self.seqs:
+            n += 1
+            new += s.num_new_tokens
+            dot += s.num_new_tokens * s.num_computed_tokens
+            hbm += s.pool_hbm_tokens
+            dram += s.pool_dram_tokens
+        return n, new, dot, hbm, dram
+
     def rank_batch(self) -> RankBatch:
         """The step as the cost model's input: new and cached tokens per sequence, pool fetches."""
         if not self.seqs:

@@ -88,6 +88,8 @@ class RankScheduler:
     # -- one step --------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         self._step += 1
+        if not self.running and not self.waiting:
+            return SchedulerOutput(self._step)  # an idle rank
         budget = self.limits.max_num_batched_tokens
         picked: list[ScheduledSeq] = []
         done: set[int | str] = set()

@@ -10,7 +10,7 @@ frozen view costs a pass over every rank and a sort. The simulator's ranks are a
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 
 from rackserve.routing.view import RankId, RankState
 
@@ -22,8 +22,9 @@ class LiveClusterView:
         self._pos = {r.key: i for i, r in enumerate(ranks)}  # view order
         self._prefill_keys = [r.key for r in ranks if r.role == "prefill"]
         self.prefill_by_key: dict[RankId, RankState] = {k: self._states[k] for k in self._prefill_keys}
-        self._by_load: dict[str, list[tuple[tuple, RankState]]] = {}
-        self._decode: dict[str | None, list[tuple[tuple[int, int, int], RankState]]] = {}
+        # per layout, parallel sorted lists: the sort keys and the ranks
+        self._by_load: dict[str, tuple[list[tuple], list[RankState]]] = {}
+        self._decode: dict[str | None, tuple[list[tuple[int, int, int]], list[RankState]]] = {}
         for r in ranks:
             self._insert(r)
         self._ranks: tuple[RankState, ...] | None = None
@@ -49,21 +50,19 @@ class LiveClusterView:
 
     def _insert(self, r: RankState) -> None:
         if r.role == "prefill":
-            insort(self._by_load.setdefault(r.layout, []), (r.load_order, r))
+            _insert(self._by_load.setdefault(r.layout, ([], [])), r.load_order, r)
         else:
             k = self._decode_key(r)
             for layout in (None, r.layout):
-                insort(self._decode.setdefault(layout, []), (k, r))
+                _insert(self._decode.setdefault(layout, ([], [])), k, r)
 
     def _remove(self, r: RankState) -> None:
         if r.role == "prefill":
-            items = self._by_load[r.layout]
-            del items[bisect_left(items, (r.load_order,))]  # load orders are unique (they end in the key)
+            _remove(self._by_load[r.layout], r.load_order)  # load orders are unique (they end in the key)
         else:
             k = self._decode_key(r)
             for layout in (None, r.layout):
-                items = self._decode[layout]
-                del items[bisect_left(items, (k,))]
+                _remove(self._decode[layout], k)
 
     # ---- the ClusterView interface --------------------------------------------------------------
     @property
@@ -83,13 +82,26 @@ class LiveClusterView:
     def prefill_by_load(self) -> dict[str, tuple[RankState, ...]]:
         if self._loads is None:
             # layouts in the order of their least-loaded rank, as ClusterView builds them
-            ordered = sorted((items for items in self._by_load.values() if items), key=lambda items: items[0][0])
-            self._loads = {items[0][1].layout: tuple(r for _, r in items) for items in ordered}
+            ordered = sorted((lists for lists in self._by_load.values() if lists[0]), key=lambda lists: lists[0][0])
+            self._loads = {ranks[0].layout: tuple(ranks) for _, ranks in ordered}
         return self._loads
 
     def decode_ranks(self, layout: str | None = None) -> tuple[RankState, ...]:
         return tuple(r for r in self.ranks if r.role == "decode" and (layout is None or r.layout == layout))
 
     def least_loaded_decode(self, layout: str | None = None) -> RankState | None:
-        items = self._decode.get(layout)
-        return items[0][1] if items else None
+        lists = self._decode.get(layout)
+        return lists[1][0] if lists and lists[1] else None
+
+
+def _insert(lists: tuple[list, list[RankState]], key: tuple, rank: RankState) -> None:
+    keys, ranks = lists
+    i = bisect_left(keys, key)
+    keys.insert(i, key)
+    ranks.insert(i, rank)
+
+
+def _remove(lists: tuple[list, list[RankState]], key: tuple) -> None:
+    keys, ranks = lists
+    i = bisect_left(keys, key)
+    del keys[i], ranks[i]

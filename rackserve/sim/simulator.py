@@ -63,10 +63,9 @@ def router_cost(timing: Any, scenario: Scenario) -> TimingCost:
     return per_timing[key]
 
 
-def _wait_for_fetches(cost: StepCost, now: float, flights: list[Flight]) -> StepCost:
+def _wait_for_fetches(cost: StepCost, now: float, ready: float) -> StepCost:
     """A step that includes a prompt whose pooled KV is still crossing lasts until it has arrived
-    (layer-wise loading overlaps compute; the rest is waiting, charged as "pool_fetch_wait")."""
-    ready = max((f.fetch_ready for f in flights), default=now)
+    at `ready` (layer-wise loading overlaps compute; the rest is waiting, charged as "pool_fetch_wait")."""
     wait = ready - now - cost.total_s
     if wait <= 0:
         return cost
@@ -256,9 +255,16 @@ class Simulator(DecodeSide):
         if all(p.empty for p in plans):
             inst.busy = False
             return []
-        cost = self.timing.step_time("prefill", inst.layout, StepBatch(tuple(p.rank_batch() for p in plans)))
-        cost = _wait_for_fetches(cost, now, [inst.ranks[r].seq(s.req_id).payload for r, p in enumerate(plans)
-                                             for s in p.seqs])
+        fast = getattr(self.timing, "step_time_of", None)  # CachedTiming: keyed on totals, no arrays
+        if fast is not None:
+            cost = fast("prefill", inst.layout, [p.totals() for p in plans])
+        else:
+            cost = self.timing.step_time("prefill", inst.layout, StepBatch(tuple(p.rank_batch() for p in plans)))
+        ready = now
+        for sched, plan in zip(inst.ranks, plans, strict=True):
+            for s in plan.seqs:
+                ready = max(ready, sched.seq(s.req_id).payload.fetch_ready)
+        cost = _wait_for_fetches(cost, now, ready)
         inst.account(cost, 1)
         inst.busy, inst.plans = True, plans
         return [PrefillStepEnd(now + cost.total_s, idx)]

@@ -64,25 +64,34 @@ class CachedTiming:
         return value * new_tokens / q_new
 
     def step_time(self, phase: str, layout: Any, batch: StepBatch) -> StepCost:
-        self.calls += 1
-        order = None
         # single-token decode ranks are keyed as a whole; a rank with longer chunks (a recompute)
         # by its own tokens, as prefill ranks are
-        pure = phase == "decode" and all(bool((rb.new_tokens == 1).all()) for rb in batch.ranks)
-        if pure:
-            sig: tuple = self._decode_signature(batch)
-        else:  # ranks are interchangeable: key by the sorted signatures, map busy times back
-            per_rank = [self._signature(rb) for rb in batch.ranks]
-            order = sorted(range(len(per_rank)), key=per_rank.__getitem__)
-            sig = tuple(per_rank[i] for i in order)
+        if phase == "decode" and all(bool((rb.new_tokens == 1).all()) for rb in batch.ranks):
+            self.calls += 1
+            key = (phase, getattr(layout, "key", layout), self._decode_signature(batch))
+            cost = self._steps.get(key)
+            if cost is None:
+                self.misses += 1
+                cost = self._steps[key] = self.timing.step_time(phase, layout, _decode_representative(*key[2]))
+            return cost
+        return self.step_time_of(phase, layout, [_totals(rb) for rb in batch.ranks])
+
+    def step_time_of(self, phase: str, layout: Any, ranks: list[tuple[int, int, int, int, int]]) -> StepCost:
+        """step_time of a prefill step (or a decode step with longer chunks) given per rank as
+        SchedulerOutput.totals() (sequences, new tokens, sum of new x cached tokens, pool HBM and
+        DRAM tokens): no batch arrays needed."""
+        self.calls += 1
+        # ranks are interchangeable: key by the sorted signatures, map busy times back
+        per_rank = [self._sig_of(*t) for t in ranks]
+        order = sorted(range(len(per_rank)), key=per_rank.__getitem__)
+        sig = tuple(per_rank[i] for i in order)
         key = (phase, getattr(layout, "key", layout), sig)
         cost = self._steps.get(key)
         if cost is None:
             self.misses += 1
-            rep = _decode_representative(*sig) if pure else StepBatch(
-                tuple(_representative(*s) for s in sig))
+            rep = StepBatch(tuple(_representative(*s) for s in sig))
             cost = self._steps[key] = self.timing.step_time(phase, layout, rep)
-        if order is not None and order != sorted(order) and len(cost.rank_busy_s) == len(order):
+        if order != sorted(order) and len(cost.rank_busy_s) == len(order):
             busy = [0.0] * len(order)
             for pos, rank in enumerate(order):
                 busy[rank] = cost.rank_busy_s[pos]
@@ -138,14 +147,19 @@ class CachedTiming:
         g = self.grid
         return (len(counts), active, g(total), g(max(counts)), g(ctx))
 
-    def _signature(self, rb: RankBatch) -> tuple[int, int, int, int, int]:
-        n = rb.num_seqs
+    def _sig_of(self, n: int, total: int, dot: int, pool_hbm: int, pool_dram: int) -> tuple[int, int, int, int, int]:
         if n == 0:
             return (0, 0, 0, 0, 0)
-        total = rb.total_new
-        ctx = float(np.dot(rb.new_tokens, rb.cached_tokens)) / total if total else 0.0
+        ctx = float(dot) / total if total else 0.0
         g = self.grid
-        return (g(n), g(total), g(ctx), g(rb.pool_hbm_tokens), g(rb.pool_dram_tokens))
+        return (g(n), g(total), g(ctx), g(pool_hbm), g(pool_dram))
+
+
+def _totals(rb: RankBatch) -> tuple[int, int, int, int, int]:
+    n = rb.num_seqs
+    if n == 0:
+        return (0, 0, 0, 0, 0)
+    return (n, rb.total_new, int(np.dot(rb.new_tokens, rb.cached_tokens)), rb.pool_hbm_tokens, rb.pool_dram_tokens)
 
 
 def _decode_representative(ranks: int, active: int, total: int, busiest: int, ctx: int) -> StepBatch:
