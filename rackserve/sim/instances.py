@@ -9,13 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from rackserve.sched.output import SchedulerOutput
 from rackserve.sched.scheduler import RankScheduler
 from rackserve.timing.batch import StepCost
 
-WIDE = 8  # instances with this many ranks or more keep per-rank times in numpy arrays
+WIDE = 8  # instances with this many ranks or more charge their ranks lazily (see Instance.account)
+MAX_PENDING = 4096  # distinct step costs held before charging them
 
 
 @dataclass(eq=False)
@@ -30,9 +29,9 @@ class Instance:
     plans: list[SchedulerOutput] = field(default_factory=list)
     stepping_s: float = 0.0  # time the instance spent in steps
     steps: int = 0
-    _busy: Any = field(default=None, repr=False)  # per rank: busy / idle seconds (a numpy array when wide)
-    _idle: Any = field(default=None, repr=False)
-    _arrays: dict = field(default_factory=dict, repr=False)
+    _busy: list[float] = field(default_factory=list, repr=False)  # per rank: busy / idle seconds
+    _idle: list[float] = field(default_factory=list, repr=False)
+    _pending: dict[int, list] = field(default_factory=dict, repr=False)  # id(cost) -> [cost, steps] not yet charged
 
     def __post_init__(self) -> None:
         self.start_window()
@@ -40,21 +39,32 @@ class Instance:
     def start_window(self) -> None:
         """Forget what happened before the measured window (its figures start now)."""
         self.stepping_s, self.steps = 0.0, 0
-        n = len(self.ranks)
-        self._busy = np.zeros(n) if n >= WIDE else [0.0] * n
-        self._idle = np.zeros(n) if n >= WIDE else [0.0] * n
+        self._busy = [0.0] * len(self.ranks)
+        self._idle = [0.0] * len(self.ranks)
+        self._pending = {}
 
     def account(self, cost: StepCost, steps: int) -> None:
-        """Charge `steps` identical steps of `cost` to the instance and each rank."""
+        """Charge `steps` identical steps of `cost` to the instance and each rank. A wide instance
+        adds up steps per cost object and charges its ranks when asked (`_flush`): the step memo
+        hands out the same few objects again and again, so that is O(1) a leap instead of O(ranks)
+        (the per-rank sums are regrouped: equal to about 1e-15 relative)."""
         total = cost.total_s
         self.stepping_s += total * steps
         self.steps += steps
         if len(self.ranks) >= WIDE:
-            busy, idle = self._per_rank(cost)
-            self._busy += busy * steps  # elementwise the same float operations as the loop below
-            self._idle += idle * steps
+            entry = self._pending.get(id(cost))  # the entry holds the cost, so its id stays unique
+            if entry is None:
+                if len(self._pending) >= MAX_PENDING:
+                    self._flush()
+                self._pending[id(cost)] = [cost, steps]
+            else:
+                entry[1] += steps
             return
-        busy_s, idle_s, priced = self.rank_busy_s, self.rank_idle_s, cost.rank_busy_s
+        self._charge(cost, steps)
+
+    def _charge(self, cost: StepCost, steps: int) -> None:
+        total = cost.total_s
+        busy_s, idle_s, priced = self._busy, self._idle, cost.rank_busy_s
         for r in range(len(busy_s)):
             if r < len(priced):
                 busy = priced[r]
@@ -63,27 +73,20 @@ class Instance:
             else:  # a rank the cost does not list is idle the whole step
                 idle_s[r] += total * steps
 
-    def _per_rank(self, cost: StepCost) -> tuple[np.ndarray, np.ndarray]:
-        """(busy, idle) seconds of each rank in one step of `cost`, kept per cost object (the step
-        memo hands out the same objects again and again)."""
-        hit = self._arrays.get(id(cost))
-        if hit is not None and hit[0] is cost:
-            return hit[1], hit[2]
-        n, priced = len(self.ranks), cost.rank_busy_s
-        busy = np.array([priced[r] if r < len(priced) else 0.0 for r in range(n)])
-        idle = np.array([max(0.0, cost.total_s - priced[r]) if r < len(priced) else cost.total_s for r in range(n)])
-        if len(self._arrays) > 4096:
-            self._arrays.clear()
-        self._arrays[id(cost)] = (cost, busy, idle)
-        return busy, idle
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, {}
+        for cost, steps in pending.values():
+            self._charge(cost, steps)
 
     @property
     def rank_busy_s(self) -> list[float]:
-        return self._busy.tolist() if isinstance(self._busy, np.ndarray) else self._busy
+        self._flush()
+        return self._busy
 
     @property
     def rank_idle_s(self) -> list[float]:
-        return self._idle.tolist() if isinstance(self._idle, np.ndarray) else self._idle
+        self._flush()
+        return self._idle
 
 
 @dataclass(eq=False)
