@@ -2,7 +2,7 @@
 already filled by a first run) of the Mooncake trace on dep2x12 (bench/sim.py's run) and of the
 AgentX traces on nvl72-vr200 (bench/sim_agentx.py's run), top functions by self and cumulative time.
 
-Run: .venv/bin/python bench/sim_profile.py [--lanes 2000] [--minutes 2] [--top 25] [--which mooncake,agentx]
+Run: .venv/bin/python bench/sim_profile.py [--group 8] [--lanes 2000] [--minutes 2] [--top 25] [--which mooncake,agentx]
 -> prints the tables (paste them into bench/results/sim_profile.md).
 """
 
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _mooncake(args):
     sc = with_trace(load_scenario(ROOT / "scenarios" / "dep2x12.yaml"), ROOT / "data" / "mooncake_synthetic_trace.jsonl")
-    return sc
+    return sc.__class__(sc.name, sc.config, sc.workload, sc.sim.model_copy(update={"kv_block_multiple": args.group}))
 
 
 def _agentx(args):
@@ -61,6 +61,7 @@ def main() -> None:
     ap.add_argument("--lanes", type=int, default=2000)
     ap.add_argument("--minutes", type=float, default=2.0)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--group", type=int, default=8, help="Mooncake: kv_block_multiple (bench/sim.py's headline: 8)")
     ap.add_argument("--which", default="mooncake,agentx")
     args = ap.parse_args()
     for name in args.which.split(","):
