@@ -119,6 +119,10 @@ class Simulator(DecodeSide):
         self._leaps: list[Leap | None] = [None] * len(self.decode)
         self._decode_waiting: list[set[int]] = [set() for _ in self.decode]  # ranks with waiting seqs
         self._events = 0
+        # a source that holds its lanes until its warm-ups are done (TraceReplaySource warmup_first)
+        # moves the measured window to start from that moment
+        self._awaits_release = getattr(source, "released_at_s", 0.0) is None
+        self._windowed = False
 
     # ---- construction ---------------------------------------------------------------------------
     def _build(self, role: str, groups: list) -> list[Instance]:
@@ -169,14 +173,17 @@ class Simulator(DecodeSide):
         wall, cpu = time.perf_counter(), time.process_time()
         for req in self.source.start():
             self.queue.push(Arrival(req.arrival_s, req))
-        start, end = self.metrics.window_start_s, self.metrics.window_end_s
-        windowed = start <= 0.0
+        metrics = self.metrics
+        if self._awaits_release and self.source.released_at_s is not None:  # type: ignore[attr-defined]
+            self._move_window(self.source.released_at_s)  # type: ignore[attr-defined]  # nothing to wait for
+        self._windowed = metrics.window_start_s <= 0.0 and not self._awaits_release
         while self.queue:
             event = self.queue.pop()
-            if end is not None and event.time > end:
+            end = metrics.window_end_s
+            if end is not None and event.time > end and not self._awaits_release:
                 break  # the measured window is over
-            if not windowed and event.time >= start:
-                windowed = True
+            if not self._windowed and event.time >= metrics.window_start_s:
+                self._windowed = True
                 for inst in (*self.prefill, *self.decode):
                     inst.start_window()
             self.now = event.time
@@ -191,7 +198,18 @@ class Simulator(DecodeSide):
     def _followups(self, req: Request, now: float) -> list[Event]:
         if self.progress is not None:
             self.progress(self.metrics.completed + self.metrics.rejected, self.metrics.arrivals)
-        return [Arrival(r.arrival_s, r) for r in self.source.on_done(req, now)]
+        out = [Arrival(r.arrival_s, r) for r in self.source.on_done(req, now)]
+        if self._awaits_release and self.source.released_at_s is not None:  # type: ignore[attr-defined]
+            self._move_window(self.source.released_at_s)  # type: ignore[attr-defined]
+        return out
+
+    def _move_window(self, released_s: float) -> None:
+        """The source's lanes went on at `released_s` after their warm-ups: the measured window
+        counts from there (what ran before is left out, as the warm-ups are)."""
+        self._awaits_release, self._windowed = False, False
+        self.metrics.window_start_s += released_s
+        if self.metrics.window_end_s is not None:
+            self.metrics.window_end_s += released_s
 
     # ---- arrivals and prefill ---------------------------------------------------------------------
     def on_arrival(self, now: float, req: Request) -> list[Event]:

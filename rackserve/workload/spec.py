@@ -76,6 +76,9 @@ class AgentXTraceWorkload(_Spec):
     start_ratio_min: float = Field(0.25, ge=0, le=1, description="initial lanes' t* range, share of duration")
     start_ratio_max: float = Field(0.75, ge=0, le=1)
     start_stagger_s: float = Field(0.0, ge=0, description="lanes' first requests spread over this window")
+    warmup_first: bool = Field(
+        False, description="AgentX order: every lane's warm-up turn finishes before any lane goes on; "
+        "duration_s and the measured window then count from that moment (TraceReplaySource.released_at_s)")
     length_scale: float = Field(1.0, gt=0, le=1, description="scale every length (a small live model)")
     duration_s: float = Field(960.0, gt=0, description="no request is sent at or after this simulated time")
     measure_start_s: float = Field(60.0, ge=0, description="measured window start (warm-ups never count)")

@@ -18,6 +18,11 @@ Rules (data/agentx/README.md, SemiAnalysis AgentX):
 - Output length = recorded (>= 1), no truncation. A request whose prompt + output exceeds
   `max_context` is not sent: it counts as an overflow and ends its tree (AgentX: an overflow is
   terminal for the session); the lane recycles once the tree's in-flight requests are done.
+- `warmup_first` (AgentX's order, off by default): the warm-up turns are all sent at 0 and every
+  lane holds (a lane without a warm-up holds its turn 0) until the last warm-up has finished; then
+  all lanes go on at once, at `released_at_s`, and `duration_s` counts from there (the simulator
+  moves its measured window by the same amount), so the window opens on warm caches and drained
+  queues instead of the warm-up burst.
 - Cache bust: one 64-bit salt per replay (lane, replay number) goes into every block id, so
   concurrent replays of a conversation share nothing, while a tree's own turns and subagents share
   whatever the trace's hash ids share.
@@ -107,6 +112,12 @@ class TraceReplaySource:
         self._sent = self._warm = self._overflow = 0
         self._ordinals = [self._subagent_ordinals(c) for c in self.convs]
         self._conv_index = {id(c): i for i, c in enumerate(self.convs)}
+        self._t0 = 0.0  # what duration_s counts from: 0, or the warm-up barrier's release
+        # when the lanes went on: 0 without warmup_first, else None until the last warm-up finished
+        self.released_at_s: float | None = None if spec.warmup_first else 0.0
+        self._holding = spec.warmup_first  # before the release: lanes wait instead of going on
+        self._warm_open = 0  # warm-ups in flight
+        self._held: list[tuple[_Tree, bool]] = []  # (tree, its warm-up is done: go on, else launch)
 
     # ---- ArrivalSource ----------------------------------------------------------------------------
     def start(self) -> list[Request]:
@@ -123,6 +134,8 @@ class TraceReplaySource:
             tree.step = warm
             out += self._send(tree, tree.conv.steps[warm], None, warm, at, warmup=True)
             out += self._recycle_if_drained(tree, at)
+        if self._holding and not self._warm_open:
+            out += self._release(0.0)  # nothing to wait for
         return out
 
     def on_done(self, request: Request, now_s: float) -> list[Request]:
@@ -131,6 +144,10 @@ class TraceReplaySource:
             return []
         tree, agent, index = entry
         tree.outstanding -= 1
+        if self._holding and request.warmup:
+            self._warm_open -= 1
+            self._held.append((tree, True))
+            return self._release(now_s) if not self._warm_open else []
         out: list[Request] = []
         if not tree.dead:
             out = self._parent_next(tree, now_s) if agent is None else self._subagent_next(tree, agent, index, now_s)
@@ -144,6 +161,19 @@ class TraceReplaySource:
         tree, agent, index = self._live[req_id]
         turn = self._turn(tree, agent, index)
         return TurnRef(turn, tree.salt, self._tail(tree, agent, index), *self._lengths(turn))
+
+    def _release(self, now: float) -> list[Request]:
+        """warmup_first: the last warm-up is done; every held lane goes on (or starts) at `now`."""
+        self._holding, self._t0, self.released_at_s = False, now, now
+        out: list[Request] = []
+        for tree, warmed in self._held:
+            if warmed:
+                out += self._parent_next(tree, now) if not tree.dead else []
+                out += self._recycle_if_drained(tree, now)
+            else:
+                out += self._launch_or_recycle(tree, now)
+        self._held = []
+        return out
 
     # ---- lanes and trees --------------------------------------------------------------------------
     def _next_conv(self) -> Conversation:
@@ -168,6 +198,9 @@ class TraceReplaySource:
 
     def _launch_or_recycle(self, tree: _Tree, at: float) -> list[Request]:
         """Start `tree` at turn 0; trees whose first turn overflows are replaced at once."""
+        if self._holding:
+            self._held.append((tree, False))
+            return []
         for _ in range(len(self.convs) + 1):
             out = self._advance_parent(tree, at)
             if not tree.dead or tree.outstanding:
@@ -181,7 +214,7 @@ class TraceReplaySource:
         if tree.drained or tree.outstanding or not (tree.dead or (tree.parent_done and not tree.waiting)):
             return []
         tree.drained = True
-        if now >= self.spec.duration_s:
+        if now >= self._t0 + self.spec.duration_s:
             return []
         return self._launch_or_recycle(self._new_tree(tree.lane, self._next_conv()), now)
 
@@ -254,7 +287,7 @@ class TraceReplaySource:
 
     def _send(self, tree: _Tree, turn: Turn, agent: _Agent, index: int, at: float,
               warmup: bool = False) -> list[Request]:  # fmt: skip
-        if at >= self.spec.duration_s:
+        if at >= self._t0 + self.spec.duration_s:
             return []
         prompt, output = self._lengths(turn)
         if prompt + output > self.spec.max_context:
@@ -271,6 +304,7 @@ class TraceReplaySource:
         self._next_req += 1
         self._sent += 1
         self._warm += warmup
+        self._warm_open += warmup
         tree.outstanding += 1
         self._live[req.req_id] = (tree, agent, index)
         return [req]

@@ -188,3 +188,29 @@ def test_real_trace_in_lane_ideal_hit_equals_the_trace_ideal():
     expected = _trace_ideal(DEFAULT_AGENTX_TRACE, limit)
     assert 0.9 < expected < 0.99
     assert ideal_hit_rate(reqs, 64) == pytest.approx(expected, abs=1e-9)
+
+
+def test_warmup_first_holds_every_lane_until_the_last_warmup_is_done():
+    # lane k's requests take 1 + k seconds: lane 2's warm-up ends last, at 3 s
+    src = _source([chain(10)], concurrency=3, start_ratio_min=0.5, start_ratio_max=0.5, warmup_first=True,
+                  duration_s=50.0)
+    heap = [(r.arrival_s, r.req_id, r) for r in src.start()]
+    assert all(r.warmup for _, _, r in heap) and src.released_at_s is None
+    sent = []
+    while heap:
+        at, _, r = heapq.heappop(heap)
+        sent.append(r)
+        for nxt in src.on_done(r, at + 1.0 + r.lane):
+            heapq.heappush(heap, (nxt.arrival_s, nxt.req_id, nxt))
+    assert src.released_at_s == 3.0
+    later = [r for r in sent if not r.warmup]
+    firsts = {lane: min(r.arrival_s for r in later if r.lane == lane) for lane in range(3)}
+    assert firsts == {0: 13.0, 1: 13.0, 2: 13.0}  # all go on together: release + think 19 s capped at 10 s
+    assert max(r.arrival_s for r in later) < 3.0 + 50.0  # duration counts from the release
+
+
+def test_without_warmup_first_a_lane_goes_on_after_its_own_warmup():
+    src = _source([chain(10)], concurrency=3, start_ratio_min=0.5, start_ratio_max=0.5)
+    assert src.released_at_s == 0.0
+    reqs = {r.lane: r for r in src.start()}
+    assert src.on_done(reqs[0], 1.0)[0].arrival_s == 11.0
