@@ -32,8 +32,17 @@ def bench(ctx: typer.Context) -> None:
 
 
 @app.command("tokenizer-path")
-def tokenizer_path() -> None:
+def tokenizer_path(
+    hf_cache: bool = typer.Option(False, "--hf-cache", help="instead: lay the tokenizer out as a "
+                                  "Hugging Face hub cache (id = the served model's) and print that "
+                                  "cache's folder, for HF_HUB_CACHE (AIPerf's Mooncake replay)"),
+) -> None:
     """Print the folder of the model's Hugging Face tokenizer (for a load client's --tokenizer)."""
+    if hf_cache:
+        from rackserve.model import hf_hub_cache
+
+        print(hf_hub_cache.write())
+        return
     from rackserve.model.hf_tokenizer import path
 
     print(path())

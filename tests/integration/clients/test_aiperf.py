@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rackserve.model import hf_tokenizer, tokenizer
+from rackserve.model import hf_hub_cache, hf_tokenizer, tokenizer
 
 pytestmark = pytest.mark.integration
 
@@ -31,13 +31,17 @@ def aiperf() -> Path:
     return AIPERF
 
 
-def profile(aiperf: Path, base_url: str, out: Path, *args: str) -> list[dict]:
-    """Run `aiperf profile`; its per-request records (profile_export.jsonl)."""
+def profile(aiperf: Path, base_url: str, out: Path, *args: str, hub_cache: Path | None = None
+            ) -> list[dict]:
+    """Run `aiperf profile` with the packaged tokenizer (its folder, or with `hub_cache` its id in
+    that Hugging Face hub cache, offline); its per-request records (profile_export.jsonl)."""
+    tokenizer_name = MODEL if hub_cache else str(hf_tokenizer.path())
     cmd = [str(aiperf), "profile", "--model", MODEL, "--url", base_url, "--streaming",
-           "--tokenizer", str(hf_tokenizer.path()), "--ui-type", "none", "--no-server-metrics",
+           "--tokenizer", tokenizer_name, "--ui-type", "none", "--no-server-metrics",
            "--random-seed", "7", "--artifact-dir", str(out), *args]
-    # No HF_HUB_OFFLINE: with it AIPerf looks a tokenizer up only in the hub cache, never a folder
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=out.parent)
+    # With a folder, no HF_HUB_OFFLINE: offline AIPerf looks a tokenizer up only in the hub cache
+    env = {**os.environ, "HF_HUB_CACHE": str(hub_cache), "HF_HUB_OFFLINE": "1"} if hub_cache else None
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=out.parent, env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     records = [json.loads(line) for line in (out / "profile_export.jsonl").read_text().splitlines()]
     assert all(r.get("error") is None for r in records), [r["error"] for r in records]
@@ -86,18 +90,20 @@ def test_streaming_chat_with_per_chunk_usage(aiperf: Path, live_cluster, tmp_pat
 
 
 def test_mooncake_trace_replay(aiperf: Path, live_cluster, tmp_path: Path) -> None:
-    """A Mooncake trace (hash ids at block size 16, shared prefixes) replayed on its timestamps:
-    once as hash ids (AIPerf builds the prompts, --isl-block-size 16) and once written out as
-    text by `rackserve trace-text` (needed for traces of 10+ records, see the README)."""
-    rows = [{"timestamp": 300 * i, "input_length": 16 * 4 + 5, "output_length": 4,
+    """A Mooncake trace of 12 records (hash ids at block size 16, shared prefixes) replayed on its
+    timestamps: once as hash ids (AIPerf builds the prompts in its offline worker pool, as it
+    does from 10 records on, --isl-block-size 16), finding the tokenizer by the model's id in
+    `rackserve tokenizer-path --hf-cache`, and once written out as text by `rackserve trace-text`."""
+    rows = [{"timestamp": 200 * i, "input_length": 16 * 4 + 5, "output_length": 4,
              "hash_ids": [0, 1, 2, 3, 100 + i] if i % 2 else [7, 8, 9, 10, 200 + i]}
-            for i in range(8)]
+            for i in range(12)]
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     common = ("--endpoint-type", "completions", "--custom-dataset-type", "mooncake_trace",
               "--fixed-schedule", "--extra-inputs", "ignore_eos:true")
     by_ids = profile(aiperf, live_cluster.base_url, tmp_path / "ids", *common, "--input-file",
-                     str(trace), "--isl-block-size", "16")
+                     str(trace), "--isl-block-size", "16",
+                     hub_cache=hf_hub_cache.write(tmp_path / "hf-hub"))
     text = tmp_path / "text.jsonl"
     subprocess.run([str(REPO / ".venv" / "bin" / "rackserve"), "trace-text", str(trace), str(text),
                     "--block-size", "16"], check=True, timeout=60)
