@@ -9,11 +9,32 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rackserve.sim.cli_args import console, csv_list, load_with_overrides
+from rackserve.sim.progress import ProgressTick
 from rackserve.sim.report import plot_throughput_vs_speed, plot_ttft_cdf, summary_table, write_json
 from rackserve.sim.run import run_policies
 
 run_app = typer.Typer(add_completion=False)
-PROGRESS_EVERY = 200  # requests between progress-bar refreshes
+
+
+def progress_bar(bar: Progress, name: str):
+    """A bar for one run: requests done of the trace's total, or (closed loop, where the count is
+    not known up front) simulated seconds of the run's end; the run's last tick ends the bar at its
+    true figure, which stops its clock."""
+    task = bar.add_task(name, total=None)
+
+    def update(t: ProgressTick) -> None:
+        if t.total is not None:
+            completed, total, what = t.done, t.total, f"{name} (requests)"
+        else:
+            completed, total = t.now_s, t.end_s
+            what = f"{name} (simulated s; {t.done:,} requests done)"
+        if t.final:  # the run is over: the bar reads what was reached and stops
+            completed = total = t.done if t.total is not None else t.now_s
+            if t.in_flight:
+                what += f", {t.in_flight:,} in flight at the end"
+        bar.update(task, completed=completed, total=total, description=what)
+
+    return update
 
 
 @run_app.command()
@@ -30,18 +51,8 @@ def simulate(
     policies = csv_list(policy)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as bar:
-
-        def progress(name: str):
-            task = bar.add_task(name, total=None)
-
-            def update(done: int, arrivals: int) -> None:
-                if done % PROGRESS_EVERY == 0:
-                    bar.update(task, completed=done, total=arrivals)
-
-            return update
-
         try:
-            results = run_policies(sc, policies, progress=progress)
+            results = run_policies(sc, policies, progress=lambda name: progress_bar(bar, name))
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
     console.print(summary_table(results))

@@ -97,16 +97,36 @@ def event_key(event: Event, seq: int) -> tuple[float, int, int]:
 
 
 class EventQueue:
+    """A heap of events, plus the events known before the run (`preload`: a trace's arrivals) kept
+    aside in key order and merged at `pop`, so the heap stays as small as the work in flight. The
+    order is exactly that of pushing everything onto one heap."""
+
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, int, Event]] = []
+        self._pre: list[tuple[float, int, int, Event]] = []
+        self._next = 0  # first preloaded entry not popped yet
         self._seq = 0
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + len(self._pre) - self._next
 
     def push(self, event: Event) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (*event_key(event, self._seq), event))
 
+    def preload(self, events: list[Event]) -> None:
+        """Queue `events` (numbered in this order, as pushes would) on an empty queue."""
+        assert not self, "preload an empty queue"
+        entries = []
+        for event in events:
+            self._seq += 1
+            entries.append((*event_key(event, self._seq), event))
+        entries.sort(key=lambda e: e[:3])  # (time, priority, seq): unique, events never compared
+        self._pre, self._next = entries, 0
+
     def pop(self) -> Event:
-        return heapq.heappop(self._heap)[-1]
+        heap, pre, i = self._heap, self._pre, self._next
+        if i < len(pre) and (not heap or pre[i] < heap[0]):  # seqs differ: events never compared
+            self._next = i + 1
+            return pre[i][-1]
+        return heapq.heappop(heap)[-1]

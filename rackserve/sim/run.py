@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from rackserve.sim.metrics import SimResult
+from rackserve.sim.progress import Progress
 from rackserve.sim.scenario import Scenario
-from rackserve.sim.simulator import Progress, Simulator
+from rackserve.sim.simulator import Simulator
 from rackserve.sim.step_cache import CachedTiming
 from rackserve.timing.timing_model import TimingModel
 from rackserve.workload.build import build_source, trace_workload

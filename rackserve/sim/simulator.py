@@ -36,15 +36,15 @@ from rackserve.sim.kv import ClusterKV, pool_limits
 from rackserve.sim.live_view import LiveClusterView
 from rackserve.sim.metrics import Flight, MetricsCollector, SimResult
 from rackserve.sim.pool_paths import PoolPaths
+from rackserve.sim.progress import TICK_EVERY, Progress, ProgressTick
 from rackserve.sim.result import build_result
 from rackserve.sim.scenario import Scenario
 from rackserve.sim.sizing import size_scenario
 from rackserve.timing.batch import StepBatch, StepCost
 from rackserve.workload.request import Request
-from rackserve.workload.source import ArrivalSource
+from rackserve.workload.source import ArrivalSource, ListSource
 
 _COSTS: weakref.WeakKeyDictionary[Any, dict[frozenset, TimingCost]] = weakref.WeakKeyDictionary()
-Progress = Callable[[int, int], None]  # (requests done, arrivals so far)
 
 
 def make_layout(timing: Any, layout: str, gpus: int) -> Any:
@@ -123,6 +123,8 @@ class Simulator(DecodeSide):
         # moves the measured window to start from that moment
         self._awaits_release = getattr(source, "released_at_s", 0.0) is None
         self._windowed = False
+        self._sent = self._done = 0  # requests arrived / finished or rejected (for progress ticks)
+        self._total: int | None = None
 
     # ---- construction ---------------------------------------------------------------------------
     def _build(self, role: str, groups: list) -> list[Instance]:
@@ -171,14 +173,16 @@ class Simulator(DecodeSide):
     # ---- run --------------------------------------------------------------------------------------
     def run(self) -> SimResult:
         wall, cpu = time.perf_counter(), time.process_time()
-        for req in self.source.start():
-            self.queue.push(Arrival(req.arrival_s, req))
+        initial = self.source.start()
+        self._total = len(initial) if isinstance(self.source, ListSource) else None
+        self.queue.preload([Arrival(req.arrival_s, req) for req in initial])
         metrics = self.metrics
         if self._awaits_release and self.source.released_at_s is not None:  # type: ignore[attr-defined]
             self._move_window(self.source.released_at_s)  # type: ignore[attr-defined]  # nothing to wait for
         self._windowed = metrics.window_start_s <= 0.0 and not self._awaits_release
-        while self.queue:
-            event = self.queue.pop()
+        queue = self.queue
+        while queue:
+            event = queue.pop()
             end = metrics.window_end_s
             if end is not None and event.time > end and not self._awaits_release:
                 break  # the measured window is over
@@ -189,15 +193,31 @@ class Simulator(DecodeSide):
             self.now = event.time
             self._events += 1
             for new in event.handle(self):
-                self.queue.push(new)
+                queue.push(new)
+        if self.progress is not None:
+            self.progress(self._tick(final=True))
         return build_result(self, time.perf_counter() - wall, time.process_time() - cpu)
+
+    def _tick(self, final: bool = False) -> ProgressTick:
+        return ProgressTick(self._done, self._sent, self._total, self.now, self._end_s(), final)
+
+    def _end_s(self) -> float | None:
+        """Where the run stops on the simulated clock, when known: the window's end, else the
+        horizon, else the workload's last send (closed loop)."""
+        if self.metrics.window_end_s is not None:
+            return self.metrics.window_end_s
+        if self.scenario.sim.horizon_s is not None:
+            return self.scenario.sim.horizon_s
+        duration = getattr(self.scenario.workload, "duration_s", None)
+        return None if duration is None else float(duration)
 
     def _keys(self, req: Request) -> BlockKeys:
         return BlockKeys.of(req.block_hashes, self.group)
 
     def _followups(self, req: Request, now: float) -> list[Event]:
-        if self.progress is not None:
-            self.progress(self.metrics.completed + self.metrics.rejected, self.metrics.arrivals)
+        self._done += 1
+        if self.progress is not None and self._done % TICK_EVERY == 0:
+            self.progress(self._tick())
         out = [Arrival(r.arrival_s, r) for r in self.source.on_done(req, now)]
         if self._awaits_release and self.source.released_at_s is not None:  # type: ignore[attr-defined]
             self._move_window(self.source.released_at_s)  # type: ignore[attr-defined]
@@ -217,6 +237,7 @@ class Simulator(DecodeSide):
         if horizon is not None and now > horizon:
             return []
         self.metrics.on_arrival(now, req)
+        self._sent += 1
         keys = self._keys(req)
         view = RequestView(keys.keys, req.prompt_tokens, self.block_tokens, str(req.req_id))
         decision = self.router.route(view, self._view)  # type: ignore[arg-type]  # a ClusterView's interface
