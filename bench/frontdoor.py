@@ -36,6 +36,7 @@ from pathlib import Path  # noqa: E402
 import httpx  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+import frontdoor_floor  # noqa: E402
 import frontdoor_stages  # noqa: E402
 
 from rackserve.config import load_config  # noqa: E402
@@ -213,8 +214,13 @@ def main() -> None:
         "cluster": cluster,
         "overhead_ms": {
             "ttft_p50": cluster["ttft_ms"]["p50"] - local["ttft_ms"]["p50"],
+            # The twin releases the first token after the decode rank's first step (TTFT =
+            # queue + prefill + transfer + first decode, as the target): less that step's compute.
+            "ttft_p50_less_first_decode_step": cluster["ttft_ms"]["p50"]
+            - local["ttft_ms"]["p50"] - local["itl_ms"]["p50"],
             "itl_p50": cluster["itl_ms"]["p50"] - local["itl_ms"]["p50"],
         },
+        "floor": frontdoor_floor.run_floor(args.requests),
         "dynamo": None,  # filled by --dynamo (bench/frontdoor_dynamo.py)
     }
     if args.dynamo:
@@ -231,6 +237,11 @@ def main() -> None:
         a, b = local[key]["p50"], cluster[key]["p50"]
         print(f"{key + ' p50':24s}{a:12.2f}{b:12.2f}{b - a:12.2f}")
     print(f"{'requests/s':24s}{local['requests_per_s']:12.1f}{cluster['requests_per_s']:12.1f}")
+    print(f"{'- one decode step':24s}{'':12s}{'':12s}"
+          f"{result['overhead_ms']['ttft_p50_less_first_decode_step']:12.2f}")
+    for loop, floor in result["floor"].items():
+        print(f"floor, {loop:8s}: bare HTTP SSE hop TTFT p50 {floor['http_sse_ttft_ms']['p50']:.2f}"
+              f" ms, bare gRPC unary p50 {floor['grpc_unary_ms']['p50']:.2f} ms")
     frontdoor_stages.table(cluster["stages_wall_ms"])
     if args.dynamo:
         frontdoor_dynamo.table(result)

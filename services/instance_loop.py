@@ -18,7 +18,7 @@ from rackserve.metrics import ProcessMetrics, RankKey
 from rackserve.timing.batch import RankBatch, StepBatch, StepCost
 from services.pacing import sleep_paced
 from services.rank_worker import Emitted, RankStep
-from services.stage_timer import now_s, observe
+from services.stage_timer import now_s, observe, record
 from services.topology import InstanceSpec
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,7 @@ class InstanceLoop:
         steps = [IDLE] * len(self.ranks)
         for r, step in zip(called, results, strict=True):
             steps[r] = step
+            record(self.metrics, f"{self.spec.role}_rank_step", step.wall_s)
             if not step.busy and r not in self._woken:  # idle, and nothing submitted since
                 self._active.discard(r)
         if not any(s.batch.num_seqs for s in steps):

@@ -64,6 +64,7 @@ class RankStep:
     waiting: int = 0  # requests admitted but not in this step's batch
     queued_prompt_tokens: int = 0  # prompt tokens not computed yet
     preemptions: int = 0  # requests preempted (recompute) in this step
+    wall_s: float = 0.0  # the step's wall time inside the actor (the rest of the call is Ray's)
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,7 @@ class RankWorker:
 
     # -- stepping ------------------------------------------------------------------------------
     def step(self) -> RankStep:
+        started = time.perf_counter()
         result = self.engine.step()
         new, cached, emitted = [], [], []
         pool_hbm = pool_dram = 0
@@ -240,6 +242,7 @@ class RankWorker:
             max(0, self.engine.num_requests - len(new)),
             load.pending_prefill_tokens,
             len(result.schedule.preempted),
+            time.perf_counter() - started,
         )
 
     def _emit(self, out: object) -> Emitted:

@@ -3,7 +3,8 @@
 
 The router observes http_in, route, prefill_call, decode_first_chunk and front_door_ttft; the
 prefill service prefill_admit and prefill_wait; the decode service decode_admit and
-decode_first_step; every instance loop its steps (prefill_step, decode_step). The front door's
+decode_first_step; every instance loop its steps (prefill_step, decode_step: the Ray calls) and
+each called rank's own time inside its actor (prefill_rank_step, decode_rank_step). The front door's
 /metrics merges the workers' series, so one scrape shows where a request's wall time went
 (bench/frontdoor.py turns it into a table). Wall seconds, not simulated ones: this is the twin's
 own overhead, which pacing hides when time_scale > 0.
@@ -25,10 +26,12 @@ STAGES = (
     "prefill_admit",  # prefill service: submit_prefill actor call (Ray, pool lookup, enqueue)
     "prefill_wait",  # prefill service: queued -> first token (steps, pool store, KV events)
     "prefill_step",  # one prefill instance step (Ray calls of all its ranks, their compute)
+    "prefill_rank_step",  # one rank's step inside its actor (engine, pool store, KV events)
     "decode_first_chunk",  # the Generate RPC until its first chunk, as the router sees it
     "decode_admit",  # decode service: submit_decode actor call (Ray, pool fetch of the handle)
     "decode_first_step",  # decode service: joined -> first step done
     "decode_step",  # one decode instance step
+    "decode_rank_step",  # one rank's step inside its actor
     "front_door_ttft",  # ASGI arrival -> first SSE event (streamed requests)
 )
 
@@ -41,7 +44,12 @@ def now_s() -> float:
 
 def observe(metrics: ProcessMetrics, stage: str, started_s: float) -> None:
     """One hop of `stage` that began at `started_s` (now_s()) ends now."""
-    metrics.stages.wall.labels(stage=stage).observe(now_s() - started_s)
+    record(metrics, stage, now_s() - started_s)
+
+
+def record(metrics: ProcessMetrics, stage: str, wall_s: float) -> None:
+    """One hop of `stage` that took `wall_s` (timed elsewhere, e.g. inside a rank actor)."""
+    metrics.stages.wall.labels(stage=stage).observe(wall_s)
 
 
 def arrived_s() -> float | None:

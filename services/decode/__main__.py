@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from services._proto import decode_pb2_grpc
 from services.decode.service import DecodeService
+from services.event_loop import run
 from services.worker_host import run_worker
 
 if __name__ == "__main__":
-    asyncio.run(run_worker("decode", DecodeService, decode_pb2_grpc.add_DecodeServicer_to_server))
+    run(run_worker("decode", DecodeService, decode_pb2_grpc.add_DecodeServicer_to_server))

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from services._proto import prefill_pb2_grpc
+from services.event_loop import run
 from services.prefill.service import PrefillService
 from services.worker_host import run_worker
 
 if __name__ == "__main__":
-    asyncio.run(
+    run(
         run_worker("prefill", PrefillService, prefill_pb2_grpc.add_PrefillServicer_to_server)
     )

@@ -29,6 +29,7 @@ from services._proto import (
     router_pb2,
     router_pb2_grpc,
 )
+from services.event_loop import run, uvicorn_options
 from services.grpc_limits import SERVER_OPTIONS
 from services.rank_probe import PROBE_TIMEOUT_S
 from services.router.app import FrontDoor, create_app
@@ -189,6 +190,7 @@ async def serve(args: argparse.Namespace) -> None:
             port=args.http_port,
             log_level="warning",
             lifespan="off",
+            **uvicorn_options(),
         )
     )
     loop = asyncio.get_running_loop()
@@ -214,7 +216,7 @@ def main() -> None:
     parser.add_argument("--decode", required=True, help="decode service host:port")
     parser.add_argument("--redis-url", required=True)
     parser.add_argument("--worker-metrics", nargs="*", help="worker /metrics URLs merged into ours")
-    asyncio.run(serve(parser.parse_args()))
+    run(serve(parser.parse_args()))
 
 
 if __name__ == "__main__":
