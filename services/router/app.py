@@ -6,6 +6,7 @@ is in simulated seconds (the `rackserve` field of a response, or of the last str
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -76,7 +77,9 @@ def create_app(door: FrontDoor) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        body = door.metrics.exposition()
+        # Off the event loop (the registry is thread-safe): a scrape every second must not stall
+        # the requests in flight.
+        body = await asyncio.to_thread(door.metrics.exposition)
         if door.merge_metrics is not None:
             body = await door.merge_metrics(body)
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
