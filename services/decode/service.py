@@ -69,8 +69,8 @@ class DecodeService(WorkerService, decode_pb2_grpc.DecodeServicer):
                 sampling_dict(request.sampling),
                 request.kv.lease_id,
             )
-            loop.wake(request.rank)  # in-order actor calls: the next step sees the request
             await call_actor(submitted, context)
+            loop.wake(request.rank)  # after admission: a hung rank never joins a step
             observe(self.metrics, "decode_admit", started)
             started = now_s()
             transfer = self._transfer_s(request)

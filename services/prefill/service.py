@@ -68,10 +68,10 @@ class PrefillService(WorkerService, prefill_pb2_grpc.PrefillServicer):
             submitted = actor.submit_prefill.remote(
                 request.request_id, list(request.token_ids), sampling_dict(request.sampling)
             )
-            # The actor runs its calls in order, so the step this wake starts sees the request:
-            # no round trip between admission and the step.
-            loop.wake(request.dp_rank)
             admitted = await call_actor(submitted, context)
+            # Only an admitted request wakes the loop: a rank that hangs before admitting (its
+            # process stopped) never joins a step, so its lockstep siblings keep stepping.
+            loop.wake(request.dp_rank)
             observe(self.metrics, "prefill_admit", started)
             self._record_lookup(request, admitted)
             started = now_s()
