@@ -1,9 +1,16 @@
-"""Simulator speed: wall time per simulated request on the Mooncake synthetic trace, 12 DEP2
-prefill instances (scenarios/dep2x12.yaml with --trace), side by side with Dynamo's offline replay
-(`dynamo.replay`, run from /work/main/.venv-peers in a subprocess) on the same trace with 12
-prefill + 2 decode workers. Also: the step-cost memo's error against the exact timing model.
+"""Simulator speed: wall and CPU time per simulated request on the Mooncake synthetic trace, 12 DEP2
+prefill instances (scenarios/dep2x12.yaml with --trace), side by side in the same run with NVIDIA
+Dynamo's offline replay (`dynamo.replay.run_trace_replay`, run in a subprocess from the separate
+venv `.venv-peers` at the repository root) on the same trace with 12 prefill + 2 decode workers,
+and the ratio. Also: the step-cost memo's error against the exact timing model.
 
-Run: .venv/bin/python bench/sim.py [--limit N]   -> bench/results/sim.json + a printed table.
+Dynamo's venv (git-ignored; Dynamo 1.6.1 needs Python 3.10-3.12, e.g. 3.11):
+    python3.11 -m venv .venv-peers && .venv-peers/bin/pip install ai-dynamo==1.6.1
+(it pulls ai-dynamo-runtime 1.6.1). Without it the Dynamo row is skipped and the JSON says so.
+
+Run: .venv/bin/python bench/sim.py [--limit N] [--repeats 3]   -> bench/results/sim.json + a table.
+Warm runs (step memo and router tables filled by the cold run) are repeated and their median taken:
+the machine is shared, so CPU time is reported beside wall time.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -44,7 +52,7 @@ print(json.dumps({"outer_wall_s": wall, "wall_time_ms": s["wall_time_ms"], "requ
 """
 
 
-def run_ours(trace: Path, group: int, policy: str) -> dict:
+def run_ours(trace: Path, group: int, policy: str, repeats: int) -> dict:
     sc = with_trace(load_scenario(ROOT / "scenarios" / "dep2x12.yaml"), trace)
     sc = sc.__class__(sc.name, sc.config, sc.workload, sc.sim.model_copy(update={"kv_block_multiple": group}))
     t0 = time.perf_counter()
@@ -52,17 +60,23 @@ def run_ours(trace: Path, group: int, policy: str) -> dict:
     load_s = time.perf_counter() - t0
     timing = timing_for(sc)
     cold = Simulator(sc, timing, policy, make()).run()
-    warm = Simulator(sc, timing, policy, make()).run()  # step-cost memo already filled
+    warms = [Simulator(sc, timing, policy, make()).run() for _ in range(repeats)]  # step-cost memo filled
+    warm = warms[-1]
     n = cold.arrivals
+    wall, cpu = statistics.median(w.wall_s for w in warms), statistics.median(w.cpu_s for w in warms)
     return {"group_blocks": group, "policy": policy, "requests": n, "trace_load_hash_s": load_s,
-            "cold_wall_s": cold.wall_s, "warm_wall_s": warm.wall_s,
-            "cold_ms_per_request": cold.wall_s / n * 1e3, "warm_ms_per_request": warm.wall_s / n * 1e3,
-            "cold_cpu_ms_per_request": cold.cpu_s / n * 1e3, "warm_cpu_ms_per_request": warm.cpu_s / n * 1e3,
+            "cold_wall_s": cold.wall_s, "warm_wall_s": wall, "warm_runs_wall_s": [w.wall_s for w in warms],
+            "warm_runs_cpu_s": [w.cpu_s for w in warms],
+            "cold_ms_per_request": cold.wall_s / n * 1e3, "warm_ms_per_request": wall / n * 1e3,
+            "cold_cpu_ms_per_request": cold.cpu_s / n * 1e3, "warm_cpu_ms_per_request": cpu / n * 1e3,
             "events": warm.events, "timing_calls": timing.calls, "timing_misses": timing.misses,
             "hit_rate": warm.hit_rate, "ttft_p50_ms": warm.ttft_p50_s * 1e3, "tpot_p50_ms": warm.tpot_p50_s * 1e3}
 
 
-def run_dynamo(trace: Path) -> dict:
+def run_dynamo(trace: Path) -> dict | None:
+    if not PEERS_PY.exists():
+        print(f"no {PEERS_PY}: Dynamo's replay skipped (see this script's docstring)", file=sys.stderr)
+        return None
     env = {**os.environ, "RUST_LOG": "error", "DYN_LOG": "error"}
     cpu0 = os.times()
     proc = subprocess.run([str(PEERS_PY), "-c", DYNAMO_SCRIPT, str(trace)], capture_output=True, text=True,
@@ -88,23 +102,34 @@ def memo_error(trace: Path, limit: int) -> dict:
                for k in ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "throughput_per_gpu")}}
 
 
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit", type=int, default=None, help="first N trace records (default: all 3,993)")
     ap.add_argument("--memo-requests", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=3, help="warm runs per configuration (median)")
     args = ap.parse_args()
     trace = TRACE
     if args.limit:
         trace = Path("/tmp/rackserve-bench-trace.jsonl")
         trace.write_text("".join(TRACE.read_text().splitlines(keepends=True)[: args.limit]))
-    ours = [run_ours(trace, g, "least-uncached-work") for g in (1, 8)]
+    ours = [run_ours(trace, g, "least-uncached-work", args.repeats) for g in (1, 8)]
     dynamo = run_dynamo(trace)
     memo = memo_error(trace, args.memo_requests)
     load = os.getloadavg()
-    result = {"command": "python bench/sim.py" + (f" --limit {args.limit}" if args.limit else ""),
+    result = {"command": "python bench/sim.py" + (f" --limit {args.limit}" if args.limit else "")
+              + (f" --repeats {args.repeats}" if args.repeats != 3 else ""), "commit": _commit(),
               "trace": str(TRACE), "goal_ms_per_request": GOAL_MS, "load_average_1m": load[0], "cpus": os.cpu_count(),
               "ours": ours, "dynamo_replay": dynamo,
-              "ratio_ours_warm_over_dynamo": [o["warm_ms_per_request"] / dynamo["ms_per_request"] for o in ours],
+              "ratio_ours_warm_over_dynamo": [o["warm_ms_per_request"] / dynamo["ms_per_request"] for o in ours]
+              if dynamo else None,
               "step_memo_error": memo}
     out = ROOT / "bench" / "results" / "sim.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -112,15 +137,16 @@ def main() -> None:
     table = Table(title=f"simulator speed, {ours[0]['requests']} Mooncake requests, 12 DEP2 (load avg {load[0]:.1f})")
     for col in ("run", "wall ms / req", "CPU ms / req", "wall vs Dynamo", "hit rate", "TTFT P50 ms"):
         table.add_column(col, justify="right")
-    for o, ratio in zip(ours, result["ratio_ours_warm_over_dynamo"], strict=True):
+    for o, ratio in zip(ours, result["ratio_ours_warm_over_dynamo"] or [float("nan")] * len(ours), strict=True):
         table.add_row(f"rackserve group={o['group_blocks']} cold", f"{o['cold_ms_per_request']:.3f}",
                       f"{o['cold_cpu_ms_per_request']:.3f}", "", f"{o['hit_rate']:.3f}", f"{o['ttft_p50_ms']:.1f}")
         table.add_row(f"rackserve group={o['group_blocks']} warm", f"{o['warm_ms_per_request']:.3f}",
                       f"{o['warm_cpu_ms_per_request']:.3f}", f"{ratio:.2f}x", f"{o['hit_rate']:.3f}",
                       f"{o['ttft_p50_ms']:.1f}")
-    table.add_row("dynamo.replay (12P+2D)", f"{dynamo['ms_per_request']:.3f}",
-                  f"<= {dynamo['subprocess_cpu_ms_per_request']:.3f}", "1.00x",
-                  f"{dynamo['prefix_cache_reused_ratio']:.3f}", f"{dynamo['median_ttft_ms']:.1f}")
+    if dynamo:
+        table.add_row("dynamo.replay (12P+2D)", f"{dynamo['ms_per_request']:.3f}",
+                      f"<= {dynamo['subprocess_cpu_ms_per_request']:.3f}", "1.00x",
+                      f"{dynamo['prefix_cache_reused_ratio']:.3f}", f"{dynamo['median_ttft_ms']:.1f}")
     Console().print(table)
     Console().print(f"step memo vs exact ({memo['requests']} requests): "
                     + ", ".join(f"{k} {v:.2%}" for k, v in memo.items() if k.endswith("rel_err")))
