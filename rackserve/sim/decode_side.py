@@ -186,11 +186,12 @@ class DecodeSide:
     def _tail_step_cost(self, inst: Any, tails: dict[int, int]) -> Any:
         """The cost of a lazy batch's step in which newcomers compute their tails with the first token."""
         counts = inst.ranks[0].decoding.clock.counts
-        ctx = [inst.ranks[r].decoding.context_tokens if n else 0 for r, n in enumerate(counts)]
-        fast = getattr(self.timing, "step_time_of", None)  # CachedTiming: keyed on totals, no arrays
+        fast = getattr(self.timing, "sparse_step_time_of", None)  # CachedTiming: keyed on totals, no arrays
         if fast is not None:
-            return fast("decode", inst.layout, [_tail_totals(n, c, tails.get(r, 0))
-                                                for r, (n, c) in enumerate(zip(counts, ctx, strict=True))])
+            active = {r: _tail_totals(n, inst.ranks[r].decoding.context_tokens, tails.get(r, 0))
+                      for r, n in enumerate(counts) if n}
+            return fast("decode", inst.layout, len(counts), active)
+        ctx = [inst.ranks[r].decoding.context_tokens if n else 0 for r, n in enumerate(counts)]
         return self.timing.decode_token_time(inst.layout, StepBatch(tuple(
             _decode_rank_batch(n, c, 0, tails.get(r, 0)) for r, (n, c) in enumerate(zip(counts, ctx, strict=True)))))
 

@@ -19,6 +19,8 @@ import numpy as np
 from rackserve.timing.batch import RankBatch, StepBatch, StepCost
 
 EXACT_BELOW = 16  # values this small are kept exact (sequence counts of small batches)
+MEMO_GRID = 1 << 17  # grid points remembered
+MEMO_REMAP = 4096  # step costs remembered with their busy times mapped back to ranks
 
 
 class GeometricGrid:
@@ -26,11 +28,17 @@ class GeometricGrid:
         assert rel > 0
         self._log = math.log1p(rel)
         self.rel = rel
+        self._memo: dict[float, int] = {}  # x -> grid point (values repeat: counts, token totals)
 
     def __call__(self, x: float) -> int:
         if x <= EXACT_BELOW:
             return int(round(x))
-        return int(round(math.exp(round(math.log(x) / self._log) * self._log)))
+        v = self._memo.get(x)
+        if v is None:
+            v = int(round(math.exp(round(math.log(x) / self._log) * self._log)))
+            if len(self._memo) < MEMO_GRID:
+                self._memo[x] = v
+        return v
 
 
 class CachedTiming:
@@ -41,6 +49,7 @@ class CachedTiming:
         self.grid = GeometricGrid(rel)
         self._steps: dict[tuple, StepCost] = {}
         self._estimates: dict[tuple, float] = {}
+        self._remaps: dict[tuple, tuple[StepCost, StepCost]] = {}
         self.calls = 0
         self.misses = 0
 
@@ -92,11 +101,44 @@ class CachedTiming:
             rep = StepBatch(tuple(_representative(*s) for s in sig))
             cost = self._steps[key] = self.timing.step_time(phase, layout, rep)
         if order != sorted(order) and len(cost.rank_busy_s) == len(order):
-            busy = [0.0] * len(order)
-            for pos, rank in enumerate(order):
-                busy[rank] = cost.rank_busy_s[pos]
-            cost = StepCost(cost.total_s, cost.breakdown, tuple(busy), cost.bound)
+            cost = self._remap(cost, order)
         return cost
+
+    def sparse_step_time_of(self, phase: str, layout: Any, ranks: int,
+                            active: dict[int, tuple[int, int, int, int, int]]) -> StepCost:
+        """step_time_of for `ranks` ranks of which only those in `active` (rank -> totals, at
+        least one sequence) run: the same key and cost, without a pass over the idle ranks'
+        signatures (an idle rank's signature is the smallest, so idle ranks sort first, by rank)."""
+        self.calls += 1
+        sigs = sorted((self._sig_of(*t), r) for r, t in active.items())
+        idle = ranks - len(sigs)
+        sig = ((0, 0, 0, 0, 0),) * idle + tuple(s for s, _ in sigs)
+        key = (phase, getattr(layout, "key", layout), sig)
+        cost = self._steps.get(key)
+        if cost is None:
+            self.misses += 1
+            rep = StepBatch(tuple(_representative(*s) for s in sig))
+            cost = self._steps[key] = self.timing.step_time(phase, layout, rep)
+        tail = [r for _, r in sigs]
+        if tail == list(range(idle, ranks)) or len(cost.rank_busy_s) != ranks:
+            return cost  # the active ranks are the last ones, in order: nothing to map back
+        order = [r for r in range(ranks) if r not in active] + tail
+        return self._remap(cost, order)
+
+    def _remap(self, cost: StepCost, order: list[int]) -> StepCost:
+        """`cost` with its busy times (listed in signature order) given back to the ranks of `order`."""
+        key = (id(cost), tuple(order))
+        hit = self._remaps.get(key)
+        if hit is not None:
+            return hit[1]
+        busy = [0.0] * len(order)
+        for pos, rank in enumerate(order):
+            busy[rank] = cost.rank_busy_s[pos]
+        out = StepCost(cost.total_s, cost.breakdown, tuple(busy), cost.bound)
+        if len(self._remaps) >= MEMO_REMAP:
+            self._remaps.clear()
+        self._remaps[key] = (cost, out)  # holding `cost` keeps its id unique
+        return out
 
     def decode_step_time(self, layout: Any, loads: list[tuple[int, int]], extra: int) -> StepCost:
         """decode_token_time(layout, batch) for ranks given as (sequences, context tokens), each
