@@ -8,7 +8,9 @@ clock holds (lag ~0) the two agree up to the front door's own overhead (bench/fr
 
     .venv/bin/python bench/clients.py [--time-scale auto] [--requests 16] [--concurrency 4]
 AIPerf runs from .venv-aiperf (built by .ci/run), guidellm from .venv-guidellm when present
-(bench/guidellm.py builds it). Writes bench/results/clients.json and prints a table.
+(bench/guidellm.py builds it), `vllm bench serve` from .venv-vllm when present (bench/vllm_bench.py
+builds it). Writes bench/results/clients.json and prints a table; each row also carries the
+server's prompt and output token counts over the client's run beside the client's own.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ SUMS = {
     "tpot": "rackserve_time_per_output_token_seconds",
 }
 LAG = "rackserve_rank_pacing_lag_seconds"
+TOKENS = "rackserve_tokens_total"  # {kind=cached|uncached|output}
+VLLM = REPO / ".venv-vllm/bin/vllm"
 
 
 def server_totals(base: str) -> dict[str, float]:
@@ -53,6 +57,9 @@ def server_totals(base: str) -> dict[str, float]:
                     out[f"{key}_{suffix}"] = out.get(f"{key}_{suffix}", 0.0) + sample.value
             if sample.name == f"{LAG}_total":
                 out["lag_s"] = out.get("lag_s", 0.0) + sample.value
+            if sample.name == TOKENS:
+                key = "output_tokens" if sample.labels.get("kind") == "output" else "prompt_tokens"
+                out[key] = out.get(key, 0.0) + sample.value
     return out
 
 
@@ -61,7 +68,9 @@ def simulated(before: dict, after: dict) -> dict:
     mean = {k: delta[f"{k}_sum"] / delta[f"{k}_count"] if delta.get(f"{k}_count") else None
             for k in SUMS}
     return {"sim_ttft_ms": _ms(mean["ttft"]), "sim_tpot_ms": _ms(mean["tpot"]),
-            "requests": delta.get("ttft_count", 0.0), "pacing_lag_s": delta.get("lag_s", 0.0)}
+            "requests": delta.get("ttft_count", 0.0), "pacing_lag_s": delta.get("lag_s", 0.0),
+            "server_prompt_tokens": delta.get("prompt_tokens", 0.0),
+            "server_output_tokens": delta.get("output_tokens", 0.0)}
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -115,6 +124,37 @@ def guidellm_figures(report: dict) -> dict:
     }
 
 
+def vllm_bench(base: str, out: Path, chat: bool, dataset: str, args: argparse.Namespace
+               ) -> tuple[list[str], dict]:
+    """`vllm bench serve` (streams; counts with --tokenizer), completions or chat, on its random
+    dataset or on a small custom JSONL of prompts written here."""
+    out.mkdir(parents=True, exist_ok=True)
+    if dataset == "random":
+        data = ["--dataset-name", "random", "--random-input-len", str(args.isl),
+                "--random-output-len", str(args.osl)]
+    else:
+        prompts = out / "prompts.jsonl"
+        prompts.write_text("".join(json.dumps({"prompt": f"Question {i}: what limits decode speed "
+                                                         "on a rack of 72 GPUs, and why?"}) + "\n"
+                                   for i in range(args.requests)))
+        data = ["--dataset-name", "custom", "--dataset-path", str(prompts),
+                "--custom-output-len", str(args.osl)]
+    endpoint = ("openai-chat", "/v1/chat/completions") if chat else ("openai", "/v1/completions")
+    cmd = [str(VLLM), "bench", "serve", "--backend", endpoint[0], "--base-url", base,
+           "--endpoint", endpoint[1], "--model", MODEL, "--tokenizer", str(tokenizer_path()),
+           *data, "--num-prompts", str(args.requests), "--max-concurrency", str(args.concurrency),
+           "--ignore-eos", "--disable-tqdm", "--save-result", "--result-dir", str(out),
+           "--result-filename", "vllm.json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"vllm bench serve failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    result = json.loads((out / "vllm.json").read_text())
+    return cmd, {"ttft_ms": result["mean_ttft_ms"], "itl_ms": result["mean_itl_ms"],
+                 "requests": result["completed"], "errors": result["failed"],
+                 "client_prompt_tokens": result["total_input_tokens"],
+                 "client_output_tokens": result["total_output_tokens"]}
+
+
 def run(args: argparse.Namespace) -> dict:
     env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
            "RAY_AUTH_MODE": "disabled"}
@@ -130,6 +170,12 @@ def run(args: argparse.Namespace) -> dict:
                    ("aiperf chat", lambda o: aiperf(base, o, "chat", args))]
         if (REPO / ".venv-guidellm/bin/guidellm").exists():
             clients.append(("guidellm", lambda o: guidellm(base, o, args)))
+        if VLLM.exists():
+            clients += [(f"vllm bench {kind} {data}", lambda o, c=kind == "chat", d=data:
+                         vllm_bench(base, o, c, d, args))
+                        for kind in ("completions", "chat") for data in ("random", "custom")]
+        only = [c.strip() for c in args.clients.split(",") if c.strip()]
+        clients = [c for c in clients if not only or any(c[0].startswith(o) for o in only)]
         for name, client in clients:
             before = server_totals(base)
             cmd, figures = client(tmp / name.replace(" ", "-"))
@@ -150,6 +196,8 @@ def main() -> None:
     parser.add_argument("--isl", type=int, default=128)
     parser.add_argument("--osl", type=int, default=32)
     parser.add_argument("--out", default="clients.json", help="file name in bench/results/")
+    parser.add_argument("--clients", default="", help="only the clients whose names start with "
+                        "one of these, comma-separated (e.g. 'vllm bench')")
     args = parser.parse_args()
     started = time.time()
     result = run(args)
@@ -161,12 +209,13 @@ def main() -> None:
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"time_scale {result['time_scale']:g}  {result['picked']}")
     # (sim x scale: the server's mean simulated TTFT / TPOT over the client's run, x time_scale)
-    print(f"{'client':20s} {'TTFT ms':>9s} {'sim x scale':>11s} {'ITL ms':>8s} {'sim x scale':>11s}"
-          f" {'lag s':>7s} {'errors':>6s}")
+    print(f"{'client':30s} {'TTFT ms':>9s} {'sim x scale':>11s} {'ITL ms':>8s} {'sim x scale':>11s}"
+          f" {'lag s':>7s} {'errors':>6s} {'out tok (server)':>16s}")
     for r in result["rows"]:
-        print(f"{r['client']:20s} {r['ttft_ms']:9.1f} {r['expected_ttft_ms']:11.1f} "
+        errors = len(r["errors"]) if isinstance(r["errors"], list) else r["errors"]
+        print(f"{r['client']:30s} {r['ttft_ms']:9.1f} {r['expected_ttft_ms']:11.1f} "
               f"{r['itl_ms']:8.1f} {r['expected_itl_ms']:11.1f} {r['pacing_lag_s']:7.2f} "
-              f"{len(r['errors']) if isinstance(r['errors'], list) else r['errors']:6}")
+              f"{errors:6} {r['server_output_tokens']:16.0f}")
     print(f"wrote {out}")
 
 
