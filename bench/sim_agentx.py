@@ -52,8 +52,10 @@ def main() -> None:
     args = ap.parse_args()
     sc = load_scenario(args.scenario)
     duration = args.minutes * 60
+    # the whole run from t=0, warm-up burst included (no warm-up barrier): what the speed goal times
     sc = sc.with_workload(sc.workload.model_copy(update={"concurrency": args.lanes, "duration_s": duration,
-                                                          "measure_start_s": 0.0, "measure_s": None}))
+                                                          "measure_start_s": 0.0, "measure_s": None,
+                                                          "warmup_first": False}))
     wall0, cpu0 = time.perf_counter(), time.process_time()
     source = Counting(source_factory(sc)())
     timing = timing_for(sc)
