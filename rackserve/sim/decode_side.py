@@ -38,15 +38,6 @@ def _decode_rank_batch(seqs: int, context_tokens: int, extra: int, tail: int = 0
     return RankBatch(new, cached)
 
 
-def _tail_totals(seqs: int, context_tokens: int, tail: int) -> tuple[int, int, int, int, int]:
-    """SchedulerOutput.totals() of `_decode_rank_batch(seqs, context_tokens, 0, tail)`, without arrays."""
-    if seqs == 0:
-        return (0, 0, 0, 0, 0)
-    cached = context_tokens - tail
-    first = cached // seqs + (1 if cached % seqs else 0)  # the first sequence's cached tokens
-    return (seqs, seqs + tail, cached + tail * first, 0, 0)
-
-
 def _drop_event(_: object) -> None:
     """Decode-rank KV events are not routed on: the simulator discards them."""
 
@@ -186,11 +177,11 @@ class DecodeSide:
     def _tail_step_cost(self, inst: Any, tails: dict[int, int]) -> Any:
         """The cost of a lazy batch's step in which newcomers compute their tails with the first token."""
         counts = inst.ranks[0].decoding.clock.counts
-        fast = getattr(self.timing, "sparse_step_time_of", None)  # CachedTiming: keyed on totals, no arrays
+        fast = getattr(self.timing, "decode_tail_step_time", None)  # CachedTiming: keyed on totals, no arrays
         if fast is not None:
-            active = {r: _tail_totals(n, inst.ranks[r].decoding.context_tokens, tails.get(r, 0))
-                      for r, n in enumerate(counts) if n}
-            return fast("decode", inst.layout, len(counts), active)
+            ranks = inst.ranks
+            loads = [(r, n, ranks[r].decoding.context_tokens, tails.get(r, 0)) for r, n in enumerate(counts) if n]
+            return fast(inst.layout, len(counts), loads)
         ctx = [inst.ranks[r].decoding.context_tokens if n else 0 for r, n in enumerate(counts)]
         return self.timing.decode_token_time(inst.layout, StepBatch(tuple(
             _decode_rank_batch(n, c, 0, tails.get(r, 0)) for r, (n, c) in enumerate(zip(counts, ctx, strict=True)))))

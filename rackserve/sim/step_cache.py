@@ -109,8 +109,34 @@ class CachedTiming:
         """step_time_of for `ranks` ranks of which only those in `active` (rank -> totals, at
         least one sequence) run: the same key and cost, without a pass over the idle ranks'
         signatures (an idle rank's signature is the smallest, so idle ranks sort first, by rank)."""
+        return self._sparse(phase, layout, ranks, [(self._sig_of(*t), r) for r, t in active.items()], active)
+
+    def decode_tail_step_time(self, layout: Any, ranks: int, loads: list[tuple[int, int, int, int]]) -> StepCost:
+        """sparse_step_time_of("decode", ...) of a lazy decode batch's step in which newcomers also
+        compute their prompts' tails: active ranks as (rank, sequences, context tokens, tail
+        tokens), each rank's batch as decode_side._decode_rank_batch lays it out (the first
+        sequence computes the tail; the context less the tail spread evenly), its signature
+        computed here without building totals."""
+        grid = self.grid
+        memo, point = grid._memo, grid
+        sigs = []
+        for r, n, ctx, tail in loads:
+            cached = ctx - tail
+            if tail:
+                total = n + tail
+                dot = cached + tail * (cached // n + (1 if cached % n else 0))
+            else:
+                total, dot = n, cached
+            mean = float(dot) / total
+            gn = n if n <= EXACT_BELOW else (memo.get(n) or point(n))
+            gt = total if total <= EXACT_BELOW else (memo.get(total) or point(total))
+            gc = int(round(mean)) if mean <= EXACT_BELOW else (memo.get(mean) or point(mean))
+            sigs.append(((gn, gt, gc, 0, 0), r))
+        return self._sparse("decode", layout, ranks, sigs, {r for r, *_ in loads})
+
+    def _sparse(self, phase: str, layout: Any, ranks: int, sigs: list, active) -> StepCost:
         self.calls += 1
-        sigs = sorted((self._sig_of(*t), r) for r, t in active.items())
+        sigs.sort()
         idle = ranks - len(sigs)
         sig = ((0, 0, 0, 0, 0),) * idle + tuple(s for s, _ in sigs)
         key = (phase, getattr(layout, "key", layout), sig)
