@@ -30,7 +30,7 @@ from services._proto import (
     router_pb2_grpc,
 )
 from services.event_loop import run, uvicorn_options
-from services.grpc_limits import SERVER_OPTIONS
+from services.grpc_limits import RECONNECT_OPTIONS, SERVER_OPTIONS
 from services.rank_probe import PROBE_TIMEOUT_S
 from services.router.app import FrontDoor, create_app
 from services.router.limits import check_bind, guard
@@ -112,21 +112,27 @@ async def wait_workers_ready(
 ) -> None:
     """Poll the workers' Health; the front door's /ready reflects whether both are ready, and
     routing leaves out the ranks each worker's probe found unresponsive (services/rank_probe.py)."""
-    stubs = ((prefill_pb2_grpc.PrefillStub, prefill), (decode_pb2_grpc.DecodeStub, decode))
-    while True:
-        ok = True
-        for stub, addr in stubs:
-            async with grpc.aio.insecure_channel(addr) as channel:
+    # One channel per worker for the watcher's life (it reconnects by itself): not a new
+    # connection, on both ends, every second.
+    channels = [grpc.aio.insecure_channel(a, options=RECONNECT_OPTIONS) for a in (prefill, decode)]
+    stubs = (prefill_pb2_grpc.PrefillStub(channels[0]), decode_pb2_grpc.DecodeStub(channels[1]))
+    try:
+        while True:
+            ok = True
+            for stub in stubs:
                 try:
-                    reply = await stub(channel).Health(
+                    reply = await stub.Health(
                         prefill_pb2.WorkerHealthRequest(), timeout=PROBE_TIMEOUT_S + 3
                     )
                     ok = ok and reply.ready
                     core.apply_probe(list(reply.instances), set(reply.unresponsive))
                 except grpc.aio.AioRpcError:
                     ok = False
-        flag["ready"] = ok
-        await asyncio.sleep(interval_s if ok else 0.2)
+            flag["ready"] = ok
+            await asyncio.sleep(interval_s if ok else 0.2)
+    finally:
+        for channel in channels:
+            await channel.close()
 
 
 def build_core(cfg: Config, timing: TimingModel, metrics: ProcessMetrics) -> RouterCore:

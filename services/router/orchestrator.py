@@ -158,7 +158,8 @@ class Orchestrator:
 
     async def _next_chunk(self, call: grpc.aio.UnaryStreamCall) -> decode_pb2.TokenChunk:
         """The stream's next chunk or EOF; TimeoutError after `decode_chunk_timeout_s` of silence."""
-        return await asyncio.wait_for(call.read(), self.decode_chunk_timeout_s)
+        async with asyncio.timeout(self.decode_chunk_timeout_s):  # no task per chunk (wait_for)
+            return await call.read()
 
     def _account_prefill(self, trip: Trip, reply: prefill_pb2.PrefillReply) -> None:
         trip.local_hit_tokens = reply.local_hit_tokens
