@@ -2,7 +2,8 @@
 
 Pacing off (time_scale 0), so every number is real wall time on this machine:
 - in-process: one `Engine` (the same model and config), TTFT = add_request -> first token, ITL =
-  one decode step; requests/s = a batch of short requests run to completion.
+  one decode step (half the requests before the cluster runs, half after); requests/s = a batch
+  of short requests run to completion.
 - cluster: `rackserve up` (scenarios/local.yaml, unpaced) and streaming completions over HTTP:
   TTFT = request sent -> first SSE chunk, ITL = mean gap between chunks; requests/s = a closed
   loop of short completions at a fixed concurrency.
@@ -11,6 +12,10 @@ Pacing off (time_scale 0), so every number is real wall time on this machine:
 writes bench/results/frontdoor.json and prints a table. With `--dynamo` the same run also puts
 NVIDIA Dynamo's frontend + mocker workers under the same load (bench/frontdoor_dynamo.py) and
 records the ratio of our overhead to Dynamo's latency in the JSON ("dynamo", "dynamo_ratio").
+Every run also records where the cluster's TTFT went, hop by hop ("stages_wall_ms": the front
+door's rackserve_frontdoor_stage_wall_seconds, bench/frontdoor_stages.py), and what one bare
+Python HTTP hop and one bare gRPC call cost on this machine meanwhile ("floor",
+bench/frontdoor_floor.py).
 """
 
 from __future__ import annotations
@@ -72,6 +77,13 @@ def new_engine() -> Engine:
 
 
 def in_process_latency(n: int) -> dict:
+    """TTFT and ITL of `n` requests, half before the cluster's phase and half after it (the
+    load of a shared machine drifts: both windows are represented)."""
+    ttfts, itls = in_process_samples(n - n // 2)
+    return {"ttft_s": ttfts, "itl_s": itls}
+
+
+def in_process_samples(n: int) -> tuple[list[float], list[float]]:
     engine = new_engine()
     warm = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
     engine.add_request("warm-up", tokenizer.encode(prompt_text(99_999)), warm)
@@ -88,7 +100,7 @@ def in_process_latency(n: int) -> dict:
                 times.append(time.perf_counter())
         ttfts.append(times[0] - t0)
         itls += [b - a for a, b in zip(times, times[1:], strict=False)]
-    return {"ttft_ms": summary(ttfts), "itl_ms": summary(itls)}
+    return ttfts, itls
 
 
 def in_process_rate(n: int) -> dict:
@@ -185,7 +197,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--dynamo", action="store_true", help="also run Dynamo frontend + mocker")
     args = parser.parse_args()
-    local = {**in_process_latency(args.requests), **in_process_rate(args.rate_requests)}
+    first = in_process_latency(args.requests)
     port = free_port()
     proc = start_cluster(port)
     try:
@@ -197,6 +209,12 @@ def main() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(120)
+    ttfts, itls = in_process_samples(args.requests // 2)
+    local = {
+        "ttft_ms": summary(first["ttft_s"] + ttfts),
+        "itl_ms": summary(first["itl_s"] + itls),
+        **in_process_rate(args.rate_requests),
+    }
     result = {
         "command": "bench/frontdoor.py " + " ".join(sys.argv[1:]),
         "machine": {
