@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from dataclasses import dataclass
 
 from rackserve.kv.events import KVEvent, Publisher
 from rackserve.kv.pool_chains import PoolChains, StoredBlock
@@ -38,24 +37,17 @@ from rackserve.kv.pool_messages import (
     TierUsage,
 )
 from rackserve.kv.pool_outbox import PoolOutbox
+from rackserve.kv.pool_put import PoolPut, _Pending
 
 __all__ = ["POOL_PUBLISHER", "POOL_TIERS", "BlockPut", "Lookup", "PoolCounters", "PoolLimits",
            "PoolPrefix", "PoolTier", "PoolTiers", "PutStatus", "Reservation", "TierUsage"]
 
 POOL_PUBLISHER = Publisher("pool", 0)
-_TIER_INDEX = {t: i for i, t in enumerate(POOL_TIERS)}
 
 
-@dataclass(slots=True)
-class _Pending:
-    txn: int
-    block: StoredBlock
-    expires_at: float
-    written: bool = False  # committed by its writer, waiting for its parent to be stored
-
-
-class PoolTiers:
-    """All metadata of the pool. Not thread-safe: the service serializes calls with one lock."""
+class PoolTiers(PoolPut):
+    """All metadata of the pool. Not thread-safe: the service serializes calls with one lock.
+    The two-phase put (reserve, commit, abort) is in pool_put.py."""
 
     def __init__(
         self, limits: PoolLimits, publisher: Publisher = POOL_PUBLISHER, epoch: int = 0
@@ -119,242 +111,6 @@ class PoolTiers:
     def lru_order(self, tier: PoolTier) -> list[int]:
         """Hashes of a tier from least to most recently used (for tests and the simulator)."""
         return [b.block_hash for b in self._chains.blocks(tier)]
-
-    # ---- two-phase put -------------------------------------------------------------------
-    def reserve(self, blocks: list[BlockPut], owner: str, now: float, parent_hash: int | None = None) -> Reservation:
-        """Book space for the blocks not stored yet. `parent_hash` precedes blocks[0] in its chain."""
-        self.expire(now)
-        txn, expires_at = self._new_id(), now + self.limits.lease_s
-        fast = self._reserve_chain(blocks, owner, now, txn, parent_hash, expires_at)
-        if fast is not None:
-            return fast
-        statuses: list[PutStatus] = []
-        tiers: list[PoolTier | None] = []
-        booked: list[int] = []
-        for i, put in enumerate(blocks):
-            parent = parent_hash if i == 0 else blocks[i - 1].block_hash
-            status, tier = self._reserve_one(put, owner, now, txn, parent, expires_at)
-            statuses.append(status)
-            tiers.append(tier)
-            if status == "reserved":
-                booked.append(put.block_hash)
-        self.counters.puts += 1
-        self.counters.put_blocks += len(blocks)
-        if booked:
-            self._txns[txn] = dict.fromkeys(booked)
-            heapq.heappush(self._txn_heap, (expires_at, txn))
-        return Reservation(txn, tuple(statuses), tuple(tiers), expires_at)
-
-    def _reserve_chain(self, blocks: list[BlockPut], owner: str, now: float, txn: int, parent_hash: int | None,
-                       expires_at: float) -> Reservation | None:
-        """The common put in one pass (the simulator's every prompt): all blocks new, their parent
-        known and their tier below its high watermark with all of them, so `_reserve_one` would
-        reserve each in the parent's tier without evicting. None: take the general path."""
-        hashes = [b.block_hash for b in blocks]
-        pending_of, stored = self._pending, self._chains._all
-        if not hashes or len(set(hashes)) != len(hashes) or not (
-                pending_of.keys().isdisjoint(hashes) and stored.keys().isdisjoint(hashes)):
-            return None
-        first = 0
-        if parent_hash is not None:
-            known = pending_of.get(parent_hash)
-            parent_tier = known.block.tier if known is not None else self._chains.tier_of(parent_hash)
-            if parent_tier is None:
-                return None
-            first = _TIER_INDEX[parent_tier]
-        tier = POOL_TIERS[first]
-        default = self.limits.block_charge_bytes
-        charges = [b.target_size or default or b.size for b in blocks]
-        total, size = sum(charges), sum(b.size for b in blocks)
-        if (self._used[tier] + total > self._high[tier]
-                or self._actual_used + size > self.limits.high_watermark * self.limits.budget_bytes):
-            return None
-        parents = [parent_hash, *hashes[:-1]]
-        self._pinned.update(parents)  # each parent stays where it is until its child commits
-        for put, charge, parent in zip(blocks, charges, parents, strict=True):
-            block = StoredBlock(put.block_hash, put.size, charge, owner, tier, now, parent)
-            pending_of[put.block_hash] = _Pending(txn, block, expires_at)
-        self._used[tier] += total
-        self._actual_used += size
-        self._reserved[tier] += total
-        self.counters.puts += 1
-        self.counters.put_blocks += len(blocks)
-        self._txns[txn] = dict.fromkeys(hashes)
-        heapq.heappush(self._txn_heap, (expires_at, txn))
-        return Reservation(txn, ("reserved",) * len(hashes), (tier,) * len(hashes), expires_at)
-
-    def _reserve_one(self, put: BlockPut, owner: str, now: float, txn: int, parent: int | None,
-                     expires_at: float) -> tuple[PutStatus, PoolTier | None]:
-        # per block of every put (the simulator's hot path): lookups bound to locals
-        h, chains, pending_of = put.block_hash, self._chains, self._pending
-        existing = chains.tier_of(h)
-        if existing is not None:
-            return "exists", existing
-        pending = pending_of.get(h)
-        if pending is not None:
-            return "pending", pending.block.tier
-        first = 0  # _tier_after(parent), found with the parent's is_known check
-        if parent is not None:
-            known = pending_of.get(parent)
-            parent_tier = known.block.tier if known is not None else chains.tier_of(parent)
-            if parent_tier is None:
-                return "no_space", None  # an orphan: nothing could reach it
-            first = _TIER_INDEX[parent_tier]
-        charge = put.target_size or self.limits.block_charge_bytes or put.size
-        self._pinned[parent] += 1  # its parent stays where it is until it commits (or is released)
-        tier = self._allocate(charge, put.size, first)
-        if tier is None:
-            self._pinned[parent] -= 1
-            self.counters.alloc_failures += 1
-            return "no_space", None
-        block = StoredBlock(h, put.size, charge, owner, tier, now, parent)
-        pending_of[h] = _Pending(txn, block, expires_at)
-        self._reserved[tier] += charge
-        return "reserved", tier
-
-    def commit(self, txn: int, now: float, hashes: list[int] | None = None) -> tuple[int, ...]:
-        """Make a reservation's blocks visible (they enter their tier as most recently used):
-        all of them, or only `hashes` (a writer may commit in parts; the rest stay reserved).
-        A block is stored only after its parent: one whose parent is still being written waits
-        (written) and is stored with it, or released if the parent never comes; one whose
-        parent is gone is released. Returns this reservation's hashes stored now; one that
-        expired first commits nothing (the caller's bytes are then orphans; see `is_known`)."""
-        self.expire(now)
-        booked = self._txns.get(txn)
-        if booked is None:
-            return ()
-        if hashes is None:
-            chain = self._commit_chain(txn, booked, now)
-            if chain is not None:
-                return chain
-        wanted = None if hashes is None else set(hashes)
-        stored: list[int] = []
-        pending_of, tier_of = self._pending, self._chains.tier_of
-        for h in list(booked) if wanted is None else [h for h in booked if h in wanted]:
-            pending = pending_of.get(h)
-            parent = pending.block.parent_hash if pending else None
-            if pending is None or pending.txn != txn:
-                booked.pop(h, None)
-            elif parent is None or tier_of(parent) is not None:
-                stored += self._store(h, now)
-            elif parent in pending_of:  # its parent is being written: it goes in with it
-                pending.written = True
-                self._waiting.setdefault(parent, set()).add(h)
-            else:  # its parent is gone: it could never be matched
-                self._release_pending(self._take_pending(h))
-        self._chains.touch(stored, now)
-        mine = tuple(h for h in stored if self._txn_of.pop(h) == txn)
-        self._drop_txn_if_done(txn)
-        return mine
-
-    def _commit_chain(self, txn: int, booked: dict[int, None], now: float) -> tuple[int, ...] | None:
-        """The common commit in one pass: a whole reservation that is one chain whose first
-        parent is stored, nobody waiting on anything; the general loop would store its blocks in
-        order (each parent just before its child). None (nothing done): take the general path."""
-        if self._waiting or not booked:
-            return None
-        pending_of, chains = self._pending, self._chains
-        items = [pending_of.get(h) for h in booked]
-        prev = None
-        for h, pending in zip(booked, items, strict=True):
-            if pending is None or pending.txn != txn:
-                return None
-            parent = pending.block.parent_hash
-            if prev is not None and parent != prev:
-                return None
-            prev = h
-        first = items[0].block.parent_hash
-        if first is not None and chains.tier_of(first) is None:
-            return None
-        pinned, reserved, children = self._pinned, self._reserved, chains._children
-        lru, stored, emit = chains._lru, chains._all, self._outbox.emit
-        for h, pending in zip(booked, items, strict=True):
-            del pending_of[h]
-            block = pending.block
-            parent = block.parent_hash
-            pinned[parent] -= 1
-            reserved[block.tier] -= block.charge
-            block.last_use = now
-            lru[block.tier][h] = block  # PoolChains.add without its orphan check (checked above)
-            stored[h] = block
-            if parent is not None:
-                children.setdefault(parent, set()).add(h)
-            emit("stored", block.tier, h, parent)
-        self.counters.committed_blocks += len(items)
-        chain = list(booked)
-        booked.clear()
-        chains.touch(chain, now)
-        del self._txns[txn]
-        return tuple(chain)
-
-    def _store(self, block_hash: int, now: float) -> list[int]:
-        """Store a written block and then the written children that waited for it."""
-        out, todo = [], [block_hash]
-        reserved, add, emit, txn_of, waiting = (self._reserved, self._chains.add, self._outbox.emit, self._txn_of,
-                                                  self._waiting)
-        while todo:
-            h = todo.pop()
-            pending = self._take_pending(h)
-            block = pending.block
-            reserved[block.tier] -= block.charge
-            block.last_use = now
-            add(block)
-            emit("stored", block.tier, h, block.parent_hash)
-            txn_of[h] = pending.txn
-            out.append(h)
-            if waiting:
-                todo += sorted(waiting.pop(h, ()))
-        self.counters.committed_blocks += len(out)
-        return out
-
-    def _drop_txn_if_done(self, txn: int) -> None:
-        if not self._txns.get(txn, True):  # nothing of it is reserved any more
-            del self._txns[txn]
-
-    def store(self, blocks: list[BlockPut], owner: str, now: float, parent_hash: int | None = None) -> Reservation:
-        """Reserve and commit at once (the simulator has no bytes to move in between)."""
-        reservation = self.reserve(blocks, owner, now, parent_hash)
-        self.commit(reservation.txn, now)
-        return reservation
-
-    def abort(self, txn: int) -> tuple[int, ...]:
-        """Release a reservation (the caller could not write the bytes). Returns its hashes."""
-        hashes = self._txns.pop(txn, {})
-        released = [h for h in hashes if h in self._pending and self._pending[h].txn == txn]
-        for h in released:
-            if h in self._pending:  # not released already with a parent
-                self._release_pending(self._take_pending(h))
-        return tuple(released)
-
-    def _take_pending(self, block_hash: int) -> _Pending:
-        pending = self._pending.pop(block_hash)
-        parent = pending.block.parent_hash
-        self._pinned[parent] -= 1
-        booked = self._txns.get(pending.txn)
-        if booked is not None:
-            booked.pop(block_hash, None)
-        if self._waiting:
-            waiting = self._waiting.get(parent)  # type: ignore[arg-type]
-            if waiting is not None:
-                waiting.discard(block_hash)
-        return pending
-
-    def _kept(self, block_hash: int) -> bool:
-        """Not evictable now: under a read lease, or the parent of a block being written."""
-        return self._leases.holds(block_hash) or self._pinned[block_hash] > 0
-
-    def _release_pending(self, pending: _Pending) -> None:
-        """Give a reservation's space back; written bytes are to be deleted, and the written
-        children that waited for this block are released too (their parent never came)."""
-        block = pending.block
-        self._reserved[block.tier] -= block.charge
-        self._used[block.tier] -= block.charge
-        self._actual_used -= block.size
-        if pending.written:
-            self._outbox.delete_bytes(block.block_hash)
-        for child in sorted(self._waiting.pop(block.block_hash, ())):
-            if child in self._pending:
-                self._release_pending(self._take_pending(child))
 
     # ---- reads ---------------------------------------------------------------------------
     def lookup(self, hashes: list[int], now: float, lease: bool = True) -> Lookup:
