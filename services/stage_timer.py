@@ -1,7 +1,8 @@
 """Wall time of each hop of a request on its way to the first token, as the
 `rackserve_frontdoor_stage_wall_seconds{stage}` histogram of the process that runs the hop.
 
-The router observes http_in, route, prefill_call, decode_first_chunk and front_door_ttft; the
+The router observes http_in, route, prefill_call, decode_first_chunk, front_door_ttft and
+first_byte; the
 prefill service prefill_admit and prefill_wait; the decode service decode_admit and
 decode_first_step; every instance loop its steps (prefill_step, decode_step: the Ray calls) and
 each called rank's own time inside its actor (prefill_rank_step, decode_rank_step). The front door's
@@ -33,6 +34,7 @@ STAGES = (
     "decode_step",  # one decode instance step
     "decode_rank_step",  # one rank's step inside its actor
     "front_door_ttft",  # ASGI arrival -> first SSE event (streamed requests)
+    "first_byte",  # ASGI arrival -> a POST's first response body bytes handed to the server
 )
 
 _ARRIVED_S: ContextVar[float | None] = ContextVar("rackserve_arrived_s", default=None)
@@ -57,12 +59,27 @@ def arrived_s() -> float | None:
     return _ARRIVED_S.get()
 
 
-def stamp_arrival(app: ASGIApp) -> ASGIApp:
-    """Outermost ASGI layer: remembers each HTTP request's arrival for the handler's stages."""
+def stamp_arrival(app: ASGIApp, metrics: ProcessMetrics | None = None) -> ASGIApp:
+    """Outermost ASGI layer: remembers each HTTP request's arrival for the handler's stages and,
+    with `metrics`, observes first_byte when the response's first body bytes leave the app."""
 
     async def stamped(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            _ARRIVED_S.set(now_s())
-        await app(scope, receive, send)
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        arrived = now_s()
+        _ARRIVED_S.set(arrived)
+        if metrics is None or scope.get("method") != "POST":  # not /metrics, /health, ...
+            await app(scope, receive, send)
+            return
+        pending = [True]
+
+        async def timed_send(message: dict) -> None:
+            await send(message)
+            if pending and message["type"] == "http.response.body" and message.get("body"):
+                pending.clear()
+                observe(metrics, "first_byte", arrived)
+
+        await app(scope, receive, timed_send)
 
     return stamped

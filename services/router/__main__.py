@@ -191,7 +191,7 @@ async def serve(args: argparse.Namespace) -> None:
         ))
     http = uvicorn.Server(
         uvicorn.Config(
-            stamp_arrival(guard(create_app(door), cfg.cluster)),
+            stamp_arrival(guard(create_app(door), cfg.cluster), metrics),
             host=args.host,
             port=args.http_port,
             log_level="warning",

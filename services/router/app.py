@@ -15,7 +15,7 @@ import grpc
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rackserve.metrics import ProcessMetrics, RequestRecord
@@ -34,6 +34,7 @@ from services.router.orchestrator import Orchestrator, Sampling, Trip
 from services.router.prompt_ids import BadRequest, chat_prompt, check_model, completion_prompt
 from services.router.response_shape import Shape, timings_of, usage_of
 from services.router.sim_headers import sim_headers, stream_error_message
+from services.router.sse_response import SSEResponse
 from services.router.tokenize_routes import add_tokenize_routes
 from services.stage_timer import arrived_s, observe
 
@@ -335,14 +336,7 @@ async def _stream(
         options is not None and options.usage_every_chunk,
     )
     first = await anext(events)
-
-    async def chained() -> AsyncIterator[bytes]:
-        yield first
-        async for event in events:
-            yield event
-
-    headers = sim_headers(trip, _time_scale(door), done=False)
-    return StreamingResponse(chained(), media_type="text/event-stream", headers=headers)
+    return SSEResponse(first, events, sim_headers(trip, _time_scale(door), done=False))
 
 
 async def _sse(

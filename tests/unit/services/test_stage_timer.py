@@ -50,3 +50,24 @@ def test_every_stage_is_a_label_of_the_one_histogram() -> None:
         observe(metrics, stage, now_s())
     assert all(sample(metrics, stage, "count") == 1 for stage in STAGES)
     assert len(set(STAGES)) == len(STAGES)
+
+
+def test_first_byte_is_observed_once_when_a_posts_body_leaves_the_app() -> None:
+    metrics = ProcessMetrics("m")
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def handler(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        time.sleep(0.002)  # the first event takes at least 2 ms
+        for body in (b"data: 1\n\n", b"data: 2\n\n", b""):
+            await send({"type": "http.response.body", "body": body, "more_body": bool(body)})
+
+    app = stamp_arrival(handler, metrics)
+    asyncio.run(app({"type": "http", "method": "POST"}, None, send))
+    asyncio.run(app({"type": "http", "method": "GET"}, None, send))  # a scrape: not a stage
+    assert len(sent) == 8  # every message still reaches the server
+    assert sample(metrics, "first_byte", "count") == 1
+    assert 0.002 <= sample(metrics, "first_byte", "sum") < 1.0
