@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
-import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -34,7 +33,7 @@ from services.router.orchestrator import Orchestrator, Sampling, Trip
 from services.router.prompt_ids import BadRequest, chat_prompt, check_model, completion_prompt
 from services.router.response_shape import Shape, timings_of, usage_of
 from services.router.sim_headers import sim_headers, stream_error_message
-from services.router.sse_response import SSEResponse
+from services.router.sse_response import SSEResponse, dumps
 from services.router.tokenize_routes import add_tokenize_routes
 from services.stage_timer import arrived_s, observe
 
@@ -376,4 +375,4 @@ async def _sse(
 
 
 def _event(payload: dict) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"  # compact, UTF-8, as json.dumps(",", ":")
+    return b"data: " + dumps(payload) + b"\n\n"

@@ -1,14 +1,24 @@
-"""The front door's streamed response: its headers and first event go out the moment the handler
-returns it, then the rest streams as Starlette's StreamingResponse does (which, under an ASGI 2.3
-server such as uvicorn, first starts a task group to listen for the client's disconnect and only
-then, a loop turn later, sends the headers: on the first token's path)."""
+"""The front door's streamed response, and the JSON encoder of its events.
+
+Its headers and first event go out the moment the handler returns it, then the rest streams as
+Starlette's StreamingResponse does (which, under an ASGI 2.3 server such as uvicorn, first starts
+a task group to listen for the client's disconnect and only then, a loop turn later, sends the
+headers: on the first token's path)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
+
+try:  # a dependency (pyproject.toml); a venv installed before it was added falls back to json
+    from orjson import dumps
+except ImportError:  # pragma: no cover
+
+    def dumps(payload: dict) -> bytes:
+        return json.dumps(payload, separators=(",", ":")).encode()
 
 
 class SSEResponse(StreamingResponse):
