@@ -41,6 +41,7 @@ from pathlib import Path  # noqa: E402
 import httpx  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+import frontdoor_cpu  # noqa: E402
 import frontdoor_floor  # noqa: E402
 import frontdoor_stages  # noqa: E402
 
@@ -202,8 +203,15 @@ def main() -> None:
     proc = start_cluster(port)
     try:
         base = f"http://127.0.0.1:{port}"
+        cpu_before = frontdoor_cpu.snapshot(proc.pid)
+        t0 = time.perf_counter()
+        latency = asyncio.run(cluster_latency(base, args.requests))
+        wall_s = time.perf_counter() - t0
+        cpu = frontdoor_cpu.per_role_ms(cpu_before, frontdoor_cpu.snapshot(proc.pid), args.requests)
         cluster = {
-            **asyncio.run(cluster_latency(base, args.requests)),
+            **latency,
+            "latency_phase_wall_ms_per_request": 1000 * wall_s / args.requests,
+            "latency_phase_cpu_ms_per_request": cpu,
             **asyncio.run(cluster_rate(base, args.rate_requests, args.concurrency)),
         }
     finally:
@@ -261,6 +269,9 @@ def main() -> None:
         print(f"floor, {loop:8s}: bare HTTP SSE hop TTFT p50 {floor['http_sse_ttft_ms']['p50']:.2f}"
               f" ms, bare gRPC unary p50 {floor['grpc_unary_ms']['p50']:.2f} ms")
     frontdoor_stages.table(cluster["stages_wall_ms"])
+    cpu = cluster["latency_phase_cpu_ms_per_request"]
+    print(f"latency phase: {cluster['latency_phase_wall_ms_per_request']:.1f} ms wall per request, "
+          f"CPU ms per request: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
     if args.dynamo:
         frontdoor_dynamo.table(result)
     print(f"(load avg {result['machine']['load_avg_1m']:.1f} on {os.cpu_count()} cpus) -> {RESULT}")
