@@ -152,7 +152,7 @@ async def bench(args: argparse.Namespace, console: Console) -> dict:
         if isinstance(workload.source, TraceReplaySource):
             wl = workload.source.spec
             console.print(f"replaying {args.trace}: {wl.concurrency} lanes, length scale {wl.length_scale:.4g} "
-                          f"for a {wl.max_context:,}-token context, {wl.duration_s:g} s")  # fmt: skip
+                          f"for a {wl.max_context:,}-token context, {wl.duration_s:g} s", soft_wrap=True)  # fmt: skip
         before = await metrics_text(client, base)
         with Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
                       TimeElapsedColumn(), console=console, disable=args.no_progress) as bar:  # fmt: skip
