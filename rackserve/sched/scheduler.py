@@ -144,12 +144,16 @@ class RankScheduler:
                 seq.generated += 1
             if seq.decode_left <= 0 or s.req_id in finished:
                 ended.append(seq)
+        self._retire(ended)
+        return ended
+
+    def _retire(self, ended: list[SeqState]) -> None:
+        """Finished sequences leave the batch and give their blocks back."""
         for seq in ended:
             self.running.remove(seq)
             del self._seqs[seq.req_id]
             if self.kv is not None:
                 self.kv.free(seq)
-        return ended
 
     def _start(self, seq: SeqState) -> None:
         if self.on_start is not None and seq.preemptions == 0:
@@ -217,11 +221,7 @@ class RankScheduler:
                 self.kv.commit_full(seq)
             if seq.decode_left <= 0:
                 ended.append(seq)
-        for seq in ended:
-            self.running.remove(seq)
-            del self._seqs[seq.req_id]
-            if self.kv is not None:
-                self.kv.free(seq)
+        self._retire(ended)
         return ended
 
     # -- the simulator's lazy decode path (no KV ledger) -------------------------------------------
