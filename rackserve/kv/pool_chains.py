@@ -10,7 +10,7 @@ tails first; the children check keeps that true under leases and suffix lookups 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass
 
 from rackserve.kv.pool_limits import POOL_TIERS, PoolTier
@@ -46,23 +46,8 @@ class PoolChains:
         """(blocks in the pool, of which in pool_hbm) at the start of a chain whose i-th hash's
         parent is the (i-1)-th, by bisection: the pool is prefix-closed along a chain and its
         tiers only get slower along it (pool_tiers.py), so both are leading runs."""
-        stored, hbm = self._all, self._hbm
-        lo, hi = 0, len(hashes)
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if hashes[mid] in stored:
-                lo = mid + 1
-            else:
-                hi = mid
-        end, lo = lo, 0
-        hi = end
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if hashes[mid] in hbm:
-                lo = mid + 1
-            else:
-                hi = mid
-        return end, lo
+        end = _leading_run(hashes, len(hashes), self._all)
+        return end, _leading_run(hashes, end, self._hbm)
 
     def blocks(self, tier: PoolTier) -> list[StoredBlock]:
         """A tier's blocks from least to most recently used."""
@@ -159,3 +144,16 @@ class PoolChains:
                 waiting.discard(parent)
                 parent = up.parent_hash
                 yield up
+
+
+def _leading_run(hashes: Sequence[int], hi: int, members: Container[int]) -> int:
+    """Length of the leading run of hashes[:hi] that are in `members`, by bisection (the run is
+    known to be leading: members are prefix-closed along the chain)."""
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if hashes[mid] in members:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

@@ -94,12 +94,7 @@ class CachedTiming:
         per_rank = [self._sig_of(*t) for t in ranks]
         order = sorted(range(len(per_rank)), key=per_rank.__getitem__)
         sig = tuple(per_rank[i] for i in order)
-        key = (phase, getattr(layout, "key", layout), sig)
-        cost = self._steps.get(key)
-        if cost is None:
-            self.misses += 1
-            rep = StepBatch(tuple(_representative(*s) for s in sig))
-            cost = self._steps[key] = self.timing.step_time(phase, layout, rep)
+        cost = self._priced(phase, layout, sig)
         if order != sorted(order) and len(cost.rank_busy_s) == len(order):
             cost = self._remap(cost, order)
         return cost
@@ -139,17 +134,22 @@ class CachedTiming:
         sigs.sort()
         idle = ranks - len(sigs)
         sig = ((0, 0, 0, 0, 0),) * idle + tuple(s for s, _ in sigs)
+        cost = self._priced(phase, layout, sig)
+        tail = [r for _, r in sigs]
+        if tail == list(range(idle, ranks)) or len(cost.rank_busy_s) != ranks:
+            return cost  # the active ranks are the last ones, in order: nothing to map back
+        order = [r for r in range(ranks) if r not in active] + tail
+        return self._remap(cost, order)
+
+    def _priced(self, phase: str, layout: Any, sig: tuple) -> StepCost:
+        """The memoized step_time of a batch of representative ranks with these signatures."""
         key = (phase, getattr(layout, "key", layout), sig)
         cost = self._steps.get(key)
         if cost is None:
             self.misses += 1
             rep = StepBatch(tuple(_representative(*s) for s in sig))
             cost = self._steps[key] = self.timing.step_time(phase, layout, rep)
-        tail = [r for _, r in sigs]
-        if tail == list(range(idle, ranks)) or len(cost.rank_busy_s) != ranks:
-            return cost  # the active ranks are the last ones, in order: nothing to map back
-        order = [r for r in range(ranks) if r not in active] + tail
-        return self._remap(cost, order)
+        return cost
 
     def _remap(self, cost: StepCost, order: list[int]) -> StepCost:
         """`cost` with its busy times (listed in signature order) given back to the ranks of `order`."""
