@@ -75,15 +75,15 @@ WALL_OVERHEAD_S = 0.3  # wall seconds a request may spend outside paced steps (3
 WALL_P50_REL_TOL = 0.3  # median wall TTFT vs simulated (2x the +14% seen: overhead grows with load)
 
 
-def scenario_prompts(seed: int = SEED) -> list[tuple[int, int, list[int]]]:
+def scenario_prompts(seed: int = SEED, sessions: int = SESSIONS) -> list[tuple[int, int, list[int]]]:
     """(session, turn, prompt) in the order they are sent: turn by turn, sessions round-robin."""
     rng = np.random.default_rng(seed)
     draw = lambda n: rng.integers(16, VOCAB_SIZE, size=int(n)).tolist()  # noqa: E731
     system = draw(SYSTEM_TOKENS)
-    prompts = [system + draw(rng.integers(*FIRST_USER_TOKENS)) for _ in range(SESSIONS)]
+    prompts = [system + draw(rng.integers(*FIRST_USER_TOKENS)) for _ in range(sessions)]
     out = []
     for turn in range(TURNS):
-        for s in range(SESSIONS):
+        for s in range(sessions):
             if turn:
                 prompts[s] = prompts[s] + draw(rng.integers(*TURN_TOKENS))
             out.append((s, turn, list(prompts[s])))
@@ -95,15 +95,16 @@ def live_config() -> dict:
         return yaml.safe_load(fh)
 
 
-def sim_scenario(cfg: dict):
-    """The live deployment as a simulator scenario, at the live engine's block and chunk sizes."""
+def sim_scenario(cfg: dict, policy: str | None = None):
+    """The live deployment as a simulator scenario, at the live engine's block and chunk sizes
+    (routing by `policy`, default the config's)."""
     engine = cfg["engine"]
     rank_tokens = engine["cache_blocks_per_rank"] * engine["block_size"]
     data = {
         "name": "live-agreement",
         "timing": {**cfg["timing"], "target_block_tokens": engine["block_size"]},
         "deployment": cfg["deployment"],
-        "routing": {**cfg.get("routing", {}), "seed": 0},
+        "routing": {**cfg.get("routing", {}), "seed": 0, **({"policy": policy} if policy else {})},
         **({"pool": cfg["pool"]} if "pool" in cfg else {}),
         # unused (the arrivals are given), but a scenario names a workload
         "workload": {"kind": "uniform", "requests": 1, "prompt_tokens": 1, "output_tokens": 1},
