@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,24 +23,18 @@ from rackserve.kv.block_hash import block_hashes
 from rackserve.kv.events import EventSequencer, KVEvent, Publisher
 from rackserve.model.config import ModelConfig
 from rackserve.model.engine import Engine
+from rackserve.model.engram import engram_row_ids_windows, engram_windows
 from rackserve.model.sampling import SamplingParams
+from rackserve.sched.scheduler import QueueFull
 from rackserve.timing.batch import RankBatch
 from services import kvevents
 from services.engram.client import ShardedEngramTable
 from services.kv_link import PoolLink
+from services.rank_inbox import FAILED, INVALID, QUEUE_FULL, AdmitResult, Admitted, Submission
 
 log = logging.getLogger(__name__)
 REDIS_TIMEOUT_S = 1.0  # a hung Redis must not stall the lockstep step for long
 REDIS_RETRY_S = 0.5  # while Redis is unreachable, publishing is retried at most this often
-
-
-@dataclass(frozen=True)
-class Admitted:
-    """What admission found: prompt tokens reused from HBM and from each pool tier."""
-
-    local_hit_tokens: int
-    pool_hbm_tokens: int
-    pool_dram_tokens: int
 
 
 @dataclass(frozen=True)
@@ -64,7 +59,8 @@ class RankStep:
     waiting: int = 0  # requests admitted but not in this step's batch
     queued_prompt_tokens: int = 0  # prompt tokens not computed yet
     preemptions: int = 0  # requests preempted (recompute) in this step
-    wall_s: float = 0.0  # the step's wall time inside the actor (the rest of the call is Ray's)
+    wall_s: float = 0.0  # the call's wall time inside the actor (the rest of the call is Ray's)
+    admitted: tuple[AdmitResult, ...] = ()  # one per submission the call carried, in order
 
 
 @dataclass(frozen=True)
@@ -119,6 +115,7 @@ class RankWorker:
             if self.engram_addrs
             else None
         )
+        self._engram = table
         self.engine = Engine.from_config(
             model,
             engram=table,
@@ -167,7 +164,10 @@ class RankWorker:
         hashes = block_hashes(prompt, bs, self.model.model_id)
         usable = (len(prompt) - 1) // bs  # the last prompt token is always computed
         local = min(self.engine.cached_prefix_tokens(prompt) // bs, usable)
+        warming = self._warm_engram(prompt, local * bs)  # overlaps the pool's round trips
         fetched = self.pool.fetch(hashes[local:usable])
+        if warming is not None:
+            warming.result()
         kv_blocks = [(h, b"") for h in hashes[:local]] + [(h, data) for h, data, _ in fetched]
         sampling = SamplingParams(**_engine_params(params, max_tokens=1))
         self.engine.add_request(request_id, prompt, sampling, kv_blocks=kv_blocks)
@@ -191,7 +191,11 @@ class RankWorker:
         bs = self.model.block_size
         local = self.engine.cached_prefix_tokens(prompt) // bs
         local = min(local, len(kv_hashes))
+        tail = [*prompt, first_token]  # the first step computes what follows the handle's blocks
+        warming = self._warm_engram(tail, len(kv_hashes) * bs)
         fetched = self.pool.fetch(kv_hashes[local:], handoff_lease=kv_lease_id)
+        if warming is not None:
+            warming.result()
         kv_blocks = [(h, b"") for h in kv_hashes[:local]] + [(h, data) for h, data, _ in fetched]
         sampling = SamplingParams(**_engine_params(params))
         self.engine.add_request(
@@ -202,13 +206,47 @@ class RankWorker:
         self._seqs[request_id] = _Seq(prompt, hbm, dram, local=local * bs)
         return Admitted(local * bs, hbm, dram)
 
+    def _warm_engram(self, tokens: list[int], start: int) -> Future | None:
+        """Start fetching the Engram rows of the tokens' first chunk from `start` (what the step
+        will compute first) into the row cache, so the step's lookup finds them there (rows
+        depend on token ids only) and the fetch overlaps the pool's round trips."""
+        if self._engram is None:
+            return None
+        stop = min(len(tokens), start + self.cfg.engine.max_num_batched_tokens)
+        windows = engram_windows(tokens, start, stop, self.model)
+        return self._engram.warm(engram_row_ids_windows(windows, self.model))
+
     def cancel(self, request_id: str) -> None:
         if self._seqs.pop(request_id, None) is not None:
             self.engine.free(request_id)
 
+    def admit(self, submission: Submission) -> AdmitResult:
+        """Apply one submission that rode on a step call; a refusal is answered, not raised (the
+        other submissions and the step go on)."""
+        s = submission
+        try:
+            if s.kind == "prefill":
+                return AdmitResult(s.request_id, self.submit_prefill(s.request_id, list(s.prompt), s.params))
+            if s.kind == "decode":
+                admitted = self.submit_decode(
+                    s.request_id, list(s.prompt), s.first_token, list(s.kv_hashes), s.params,
+                    s.kv_lease_id,
+                )
+                return AdmitResult(s.request_id, admitted)
+            raise ValueError(f"kind: unknown submission kind {s.kind!r}")
+        except QueueFull as exc:
+            return AdmitResult(s.request_id, None, QUEUE_FULL, str(exc))
+        except ValueError as exc:
+            return AdmitResult(s.request_id, None, INVALID, str(exc))
+        except Exception as exc:  # e.g. the pool did not answer: the router re-routes
+            log.exception("%s/%d: admitting %s failed", self.instance, self.rank, s.request_id)
+            return AdmitResult(s.request_id, None, FAILED, repr(exc))
+
     # -- stepping ------------------------------------------------------------------------------
-    def step(self) -> RankStep:
+    def step(self, inbox: tuple[Submission, ...] = ()) -> RankStep:
+        """Admit what `inbox` carries (in order), then run one engine step."""
         started = time.perf_counter()
+        admitted = tuple(self.admit(s) for s in inbox)
         result = self.engine.step()
         new, cached, emitted = [], [], []
         pool_hbm = pool_dram = 0
@@ -243,6 +281,7 @@ class RankWorker:
             load.pending_prefill_tokens,
             len(result.schedule.preempted),
             time.perf_counter() - started,
+            admitted,
         )
 
     def _emit(self, out: object) -> Emitted:

@@ -24,13 +24,15 @@ STAGES = (
     "http_in",  # ASGI arrival -> handler: body read, guards, validation, tokenize
     "route",  # block hashes + policy decision
     "prefill_call",  # the Prefill RPC as the router sees it
-    "prefill_admit",  # prefill service: submit_prefill actor call (Ray, pool lookup, enqueue)
-    "prefill_wait",  # prefill service: queued -> first token (steps, pool store, KV events)
+    "prefill_admit",  # prefill service: submitted -> admitted by the step call that carried it
+    # (services/rank_inbox.py: Ray, pool lookup, enqueue and that step, with pool store, events)
+    "prefill_wait",  # prefill service: admitted -> first token (later steps; ~0 for one step)
     "prefill_step",  # one prefill instance step (Ray calls of all its ranks, their compute)
     "prefill_rank_step",  # one rank's step inside its actor (engine, pool store, KV events)
     "decode_first_chunk",  # the Generate RPC until its first chunk, as the router sees it
-    "decode_admit",  # decode service: submit_decode actor call (Ray, pool fetch of the handle)
-    "decode_first_step",  # decode service: joined -> first step done
+    "decode_admit",  # decode service: submitted -> admitted by the step call that carried it
+    # (Ray, pool fetch of the handle, that first step)
+    "decode_first_step",  # decode service: admitted -> first step done (~0: the same call)
     "decode_step",  # one decode instance step
     "decode_rank_step",  # one rank's step inside its actor
     "front_door_ttft",  # ASGI arrival -> first SSE event (streamed requests)

@@ -11,13 +11,12 @@ from collections.abc import Container
 from typing import ClassVar
 
 import grpc
-import ray
 
 from rackserve.metrics import RankKey
-from rackserve.sched.scheduler import QueueFull
 from services import rank_probe
 from services._proto import prefill_pb2
 from services.instance_loop import InstanceLoop, StepDone
+from services.rank_inbox import INVALID, QUEUE_FULL, AdmitResult, Admitted
 from services.rank_worker import RankState
 from services.topology import InstanceSpec
 from services.worker_host import Worker, make_loops
@@ -37,17 +36,18 @@ def sampling_dict(params: prefill_pb2.SamplingParams) -> dict:
     }
 
 
-async def call_actor(ref: ray.ObjectRef, context: grpc.aio.ServicerContext) -> object:
-    """Await an actor call; a ValueError inside (bad input) becomes INVALID_ARGUMENT, a full rank
-    queue (rackserve.sched.QueueFull) RESOURCE_EXHAUSTED."""
-    try:
-        return await ref
-    except ray.exceptions.RayTaskError as exc:
-        if isinstance(exc.cause, QueueFull):
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc.cause))
-        if isinstance(exc.cause, ValueError):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc.cause))
-        raise
+async def admission(answer: asyncio.Future, context: grpc.aio.ServicerContext) -> Admitted:
+    """Await a submission's answer (InstanceLoop.submit); bad input becomes INVALID_ARGUMENT, a
+    full rank queue (rackserve.sched.QueueFull) RESOURCE_EXHAUSTED, any other refusal or a failed
+    step a RuntimeError (INTERNAL: the router re-routes)."""
+    result: AdmitResult = await answer
+    if result.status == QUEUE_FULL:
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, result.error)
+    if result.status == INVALID:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, result.error)
+    if result.admitted is None:
+        raise RuntimeError(f"not admitted: {result.error}")
+    return result.admitted
 
 
 def check_target(specs: dict[str, InstanceSpec], instance: str, rank: int) -> str | None:

@@ -16,14 +16,16 @@ import grpc
 
 from services._proto import decode_pb2, decode_pb2_grpc
 from services.instance_loop import StepDone
+from services.rank_inbox import Submission
 from services.stage_timer import now_s, observe
 from services.worker_host import Worker
-from services.worker_service import WorkerService, call_actor, check_request, sampling_dict
+from services.worker_service import WorkerService, admission, check_request, sampling_dict
 
 
 @dataclass
 class _Stream:
     instance: str
+    rank: int
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     submitted_sim_s: float = 0.0
 
@@ -39,7 +41,7 @@ class DecodeService(WorkerService, decode_pb2_grpc.DecodeServicer):
     def on_step(self, done: StepDone) -> None:
         if done.error:
             for stream in self._streams.values():
-                if stream.instance == done.instance:
+                if done.fails(stream.instance, stream.rank):
                     stream.queue.put_nowait((None, done))
             return
         for e in done.emitted:
@@ -55,22 +57,24 @@ class DecodeService(WorkerService, decode_pb2_grpc.DecodeServicer):
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         loop = self.loops[request.instance]
-        actor = self.actors[request.instance][request.rank]
-        stream = _Stream(request.instance, submitted_sim_s=loop.sim_now_s)
+        stream = _Stream(request.instance, request.rank, submitted_sim_s=loop.sim_now_s)
         self._streams[request.request_id] = stream
         finished = False
         started = now_s()
         try:
-            submitted = actor.submit_decode.remote(
+            submission = Submission(  # rides on the rank's next step call (services/rank_inbox.py)
+                "decode",
                 request.request_id,
-                list(request.token_ids),
-                request.first_token,
-                list(request.kv.block_hashes),
+                tuple(request.token_ids),
                 sampling_dict(request.sampling),
+                request.first_token,
+                tuple(request.kv.block_hashes),
                 request.kv.lease_id,
             )
-            await call_actor(submitted, context)
-            loop.wake(request.rank)  # after admission: a hung rank never joins a step
+            try:
+                await admission(loop.submit(request.rank, submission), context)
+            except RuntimeError as exc:  # the step failed, or the rank refused it
+                await context.abort(grpc.StatusCode.INTERNAL, str(exc))
             observe(self.metrics, "decode_admit", started)
             started = now_s()
             transfer = self._transfer_s(request)
@@ -103,7 +107,7 @@ class DecodeService(WorkerService, decode_pb2_grpc.DecodeServicer):
         finally:
             self._streams.pop(request.request_id, None)
             if not finished:
-                actor.cancel.remote(request.request_id)
+                loop.cancel(request.rank, request.request_id)
 
     def _transfer_s(self, request: decode_pb2.DecodeRequest) -> float:
         """Simulated seconds to move the prompt's KV to the decode rank (the target moves all of it;

@@ -11,16 +11,17 @@ import grpc
 from rackserve.metrics import RankKey
 from services._proto import prefill_pb2, prefill_pb2_grpc
 from services.instance_loop import StepDone
-from services.rank_worker import Admitted
+from services.rank_inbox import Admitted, Submission
 from services.stage_timer import now_s, observe
 from services.worker_host import Worker
-from services.worker_service import WorkerService, call_actor, check_request, sampling_dict
+from services.worker_service import WorkerService, admission, check_request, sampling_dict
 
 
 @dataclass
 class _Waiter:
     future: asyncio.Future
     instance: str
+    rank: int
     submitted_sim_s: float
     started_sim_s: float | None = None
     lag_s: float = 0.0
@@ -37,7 +38,7 @@ class PrefillService(WorkerService, prefill_pb2_grpc.PrefillServicer):
     def on_step(self, done: StepDone) -> None:
         if done.error:
             for waiter in self._waiting.values():
-                if waiter.instance == done.instance and not waiter.future.done():
+                if done.fails(waiter.instance, waiter.rank) and not waiter.future.done():
                     waiter.future.set_exception(RuntimeError(f"{done.instance}: {done.error}"))
             return
         for e in done.emitted:
@@ -58,30 +59,33 @@ class PrefillService(WorkerService, prefill_pb2_grpc.PrefillServicer):
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         loop = self.loops[request.instance]
-        actor = self.actors[request.instance][request.dp_rank]
         waiter = _Waiter(
-            asyncio.get_running_loop().create_future(), request.instance, loop.sim_now_s
+            asyncio.get_running_loop().create_future(), request.instance, request.dp_rank,
+            loop.sim_now_s,
         )
         self._waiting[request.request_id] = waiter
         started = now_s()
+        finished = False
         try:
-            submitted = actor.submit_prefill.remote(
-                request.request_id, list(request.token_ids), sampling_dict(request.sampling)
+            # Admitted by the step call that computes it (services/rank_inbox.py): no Ray call of
+            # its own; a rank that hangs is left behind by the loop, its siblings step on.
+            submission = Submission(
+                "prefill", request.request_id, tuple(request.token_ids),
+                sampling_dict(request.sampling),
             )
-            admitted = await call_actor(submitted, context)
-            # Only an admitted request wakes the loop: a rank that hangs before admitting (its
-            # process stopped) never joins a step, so its lockstep siblings keep stepping.
-            loop.wake(request.dp_rank)
+            admitted = await admission(loop.submit(request.dp_rank, submission), context)
             observe(self.metrics, "prefill_admit", started)
             self._record_lookup(request, admitted)
             started = now_s()
             emitted, finished_sim = await waiter.future
             observe(self.metrics, "prefill_wait", started)
-        except RuntimeError as exc:  # the instance's step failed
-            actor.cancel.remote(request.request_id)
+            finished = True
+        except RuntimeError as exc:  # the instance's step failed, or the rank refused it
             await context.abort(grpc.StatusCode.INTERNAL, str(exc))
         finally:
             self._waiting.pop(request.request_id, None)
+            if not finished:  # failed, refused, timed out or cancelled: the rank drops it
+                loop.cancel(request.dp_rank, request.request_id)
         started = waiter.started_sim_s if waiter.started_sim_s is not None else finished_sim
         hashes = list(emitted.kv_block_hashes)
         reused = emitted.reused or admitted  # what the engine started from, not what was found
