@@ -12,6 +12,8 @@ chunks by their tokens):
   decode KV bounded (prompts that cannot fit are rejected);
 - agentx: 24 lanes of the first 20 recorded conversations (data/agentx), 40 simulated s measured
   from 10 s, KV in groups of 16 blocks, small caches (rank and pool hits, evictions);
+- agentx-lazy: the same with decode KV derived from the specs (not bounded), so decode runs the
+  lazy batch of the whole-rack scenarios: leaps, and the newcomers' tail steps;
 - preempt: a closed loop of uniform requests sharing a prefix on bounded decode KV (preemptions).
 
 Floats must match to 1e-9 relative. Not compared: wall_s and cpu_s (the run's own speed) and
@@ -50,6 +52,12 @@ SCENARIOS: dict[str, dict] = {
     "agentx": {
         "pool": {"hbm_capacity_bytes": 3_000_000_000, "dram_capacity_bytes": 6_000_000_000},
         "sim": {"kv_block_multiple": 16, "rank_cache_tokens": 600_000, "decode_kv_tokens_per_rank": 130_000},
+        "workload": {"kind": "agentx-trace", "seed": 0, "limit": 20, "concurrency": 24, "duration_s": 40.0,
+                     "measure_start_s": 10.0},
+    },
+    "agentx-lazy": {  # decode KV derived (not bounded): the lazy decode batch, its leaps and tail steps
+        "pool": {"hbm_capacity_bytes": 3_000_000_000, "dram_capacity_bytes": 6_000_000_000},
+        "sim": {"kv_block_multiple": 16, "rank_cache_tokens": 600_000},
         "workload": {"kind": "agentx-trace", "seed": 0, "limit": 20, "concurrency": 24, "duration_s": 40.0,
                      "measure_start_s": 10.0},
     },
