@@ -95,6 +95,8 @@ class DecodeSide:
         leap = self._leaps[idx]
         if leap is None:
             return self._start_leap(now, idx)
+        if leap.head is not None:
+            return self._kick_headed(now, idx, leap)
         done = math.ceil((now - leap.start) / leap.step_s - 1e-9)
         if self._bounded(idx):
             done = max(done, 1)
@@ -106,6 +108,37 @@ class DecodeSide:
             return self._start_leap(now, idx, leap.joined)
         self._leaps[idx] = Leap(leap.start, done, leap.step_s, leap.cost, self._versions[idx], leap.joined)
         return [DecodeLeapEnd(leap.start + done * leap.step_s, idx, self._versions[idx])]
+
+    def _kick_headed(self, now: float, idx: int, leap: Leap) -> list[Event]:
+        """_kick_decode on a leap led by a tail step (`_start_leap`): the same cuts as when the
+        tail step was a leap of its own and the body the next one."""
+        head = leap.head
+        if now < leap.start:  # in the tail step: it ends as planned, the body is cut
+            self._versions[idx] += 1
+            if math.ceil((now - leap.head_start) / head.total_s - 1e-9) <= 0:
+                self._leaps[idx] = None
+                return self._start_leap(now, idx, leap.joined)
+            self._leaps[idx] = Leap(leap.head_start, 1, head.total_s, head, self._versions[idx], leap.joined)
+            return [DecodeLeapEnd(leap.start, idx, self._versions[idx])]
+        done = math.ceil((now - leap.start) / leap.step_s - 1e-9)
+        if done >= leap.steps:
+            return []
+        self._versions[idx] += 1
+        if done <= 0:  # at the body's start: the tail step is over, the body starts again with the newcomer
+            self._leaps[idx] = None
+            self._end_head(idx, leap)
+            return self._start_leap(now, idx)
+        self._leaps[idx] = Leap(leap.start, done, leap.step_s, leap.cost, self._versions[idx], leap.joined,
+                                head, leap.head_start)
+        return [DecodeLeapEnd(leap.start + done * leap.step_s, idx, self._versions[idx])]
+
+    def _end_head(self, idx: int, leap: Leap) -> None:
+        """A leap's tail step is over (at leap.start): charged, its newcomers' first token made."""
+        inst = self.decode[idx]
+        inst.account(leap.head, 1)
+        for seq in leap.joined:
+            seq.payload.first_token = leap.start
+        inst.ranks[0].decoding.clock.advance(1)  # no finish: a leap has a body only then
 
     def _bounded(self, idx: int) -> bool:
         return self.decode[idx].ranks[0].kv is not None
@@ -152,16 +185,33 @@ class DecodeSide:
             inst.busy, self._leaps[idx] = False, None
             return []
         tails = self._tails(joined)
-        if tails:  # the newcomers' first step also recomputes their prompts' partial last blocks
-            steps, cost = 1, self._tail_step_cost(inst, tails)
-        else:
-            steps = clock.steps_to_next_finish()
-            mid = (steps - 1) // 2  # context grows one token per step: charge the middle step
-            cost = self._decode_cost(inst, mid)
         self._versions[idx] += 1
         inst.busy = True
+        if tails:  # the newcomers' first step also recomputes their prompts' partial last blocks
+            return self._start_headed(now, idx, joined, self._tail_step_cost(inst, tails))
+        steps = clock.steps_to_next_finish()
+        mid = (steps - 1) // 2  # context grows one token per step: charge the middle step
+        cost = self._decode_cost(inst, mid)
         self._leaps[idx] = Leap(now, steps, cost.total_s, cost, self._versions[idx], joined)
         return [DecodeLeapEnd(now + steps * cost.total_s, idx, self._versions[idx])]
+
+    def _start_headed(self, now: float, idx: int, joined: list, head: Any) -> list[Event]:
+        """A leap of the tail step `head` and then, when nothing comes between, the identical steps
+        up to the next finish (its body): one event where the tail step and the body each were
+        one. Its figures are those of the two leaps; it is not folded where the measured window
+        starts or ends in it (the two leaps' steps fall on either side), nor without a body."""
+        body_start = now + head.total_s  # where the tail step's own leap ended
+        steps = self.decode[idx].ranks[0].decoding.clock.steps_to_next_finish() - 1
+        if steps > 0 and self._windowed:
+            mid = (steps - 1) // 2
+            cost = self._decode_cost(self.decode[idx], mid + 1)  # from the state after the tail step
+            end = body_start + steps * cost.total_s
+            window_end = self.metrics.window_end_s
+            if window_end is None or end <= window_end:
+                self._leaps[idx] = Leap(body_start, steps, cost.total_s, cost, self._versions[idx], joined, head, now)
+                return [DecodeLeapEnd(end, idx, self._versions[idx])]
+        self._leaps[idx] = Leap(now, 1, head.total_s, head, self._versions[idx], joined)
+        return [DecodeLeapEnd(body_start, idx, self._versions[idx])]
 
     def _tails(self, joined: list[SeqState]) -> dict[int, int]:
         """Per rank of a lazy decode instance (only those with some): tail tokens its newcomers
@@ -176,12 +226,12 @@ class DecodeSide:
 
     def _tail_step_cost(self, inst: Any, tails: dict[int, int]) -> Any:
         """The cost of a lazy batch's step in which newcomers compute their tails with the first token."""
-        counts = inst.ranks[0].decoding.clock.counts
-        fast = getattr(self.timing, "decode_tail_step_time", None)  # CachedTiming: keyed on totals, no arrays
+        clock = inst.ranks[0].decoding.clock
+        counts = clock.counts
+        fast = getattr(self.timing, "decode_tail_step_time_of", None)  # CachedTiming: from the totals
         if fast is not None:
-            ranks = inst.ranks
-            loads = [(r, n, ranks[r].decoding.context_tokens, tails.get(r, 0)) for r, n in enumerate(counts) if n]
-            return fast(inst.layout, len(counts), loads)
+            return fast(inst.layout, len(counts), clock.active, clock.seqs, max(counts), clock.context_tokens,
+                        list(tails.values()))
         ctx = [inst.ranks[r].decoding.context_tokens if n else 0 for r, n in enumerate(counts)]
         return self.timing.decode_token_time(inst.layout, StepBatch(tuple(
             _decode_rank_batch(n, c, 0, tails.get(r, 0)) for r, (n, c) in enumerate(zip(counts, ctx, strict=True)))))
@@ -202,9 +252,12 @@ class DecodeSide:
         if leap is None or version != self._versions[idx]:
             return []  # superseded by a shorter leap
         inst = self.decode[idx]
+        if leap.head is not None:
+            self._end_head(idx, leap)
+        else:
+            for seq in leap.joined:
+                seq.payload.first_token = leap.start + leap.step_s
         inst.account(leap.cost, leap.steps)
-        for seq in leap.joined:
-            seq.payload.first_token = leap.start + leap.step_s
         out: list[Event] = []
         if self._bounded(idx):
             for sched, plan in zip(inst.ranks, inst.plans, strict=True):

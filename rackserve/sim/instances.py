@@ -91,7 +91,8 @@ class Instance:
 
 @dataclass(eq=False)
 class Leap:
-    """A decode instance's run of identical steps: started at `start`, `steps` of `step_s` each."""
+    """A decode instance's run of identical steps: started at `start`, `steps` of `step_s` each,
+    perhaps led by the newcomers' tail step (`head`, from `head_start` to `start`)."""
 
     start: float
     steps: int
@@ -99,3 +100,5 @@ class Leap:
     cost: StepCost
     version: int
     joined: list = field(default_factory=list)  # sequences whose first token this leap's first step makes
+    head: StepCost | None = None  # a tail step of its own before `start` (decode_side._start_headed)
+    head_start: float = 0.0  # when that tail step began

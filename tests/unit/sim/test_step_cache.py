@@ -43,34 +43,39 @@ def test_a_decode_batch_with_a_recompute_chunk_is_priced_by_its_tokens():
     assert memo.step_time("decode", lay, chunk).total_s == pytest.approx(exact, rel=0.03)
 
 
-def test_the_fast_tail_and_sparse_paths_price_like_the_batch(timing):
-    """decode_tail_step_time and sparse_step_time_of give the cost (and per-rank busy times) that
-    step_time gives the batch decode_side._decode_rank_batch builds, idle ranks included."""
+def test_the_tail_step_is_keyed_on_the_instance_and_stays_near_the_exact_batch():
+    """decode_tail_step_time_of keys a tail step by the batch's totals (not rank by rank): the same
+    totals with the tails on other ranks hit the memo, and the cost stays near step_time on the
+    exact batch decode_side._decode_rank_batch builds (median error under 3%)."""
     import random
 
     from rackserve.sim.decode_side import _decode_rank_batch
-    from rackserve.sim.step_cache import CachedTiming, _totals
+    from rackserve.sim.step_cache import CachedTiming
     from rackserve.timing.batch import StepBatch
+    from rackserve.timing.timing_model import TimingModel
 
     rng = random.Random(3)
+    timing = TimingModel.create("vr200")
     memo = CachedTiming(timing)
-    for _ in range(200):
-        ranks = rng.choice((2, 8, 24))
-        loads = []
-        for r in range(ranks):
-            n = rng.choice((0, 0, 1, 3, 20, 200))
-            if n:
-                tail = rng.choice((0, 0, 17, 63))
-                loads.append((r, n, n * rng.randrange(100, 100_000) + tail, tail))
-        if not loads:
-            continue
-        by_rank = {r: (n, ctx, tail) for r, n, ctx, tail in loads}
-        batch = StepBatch(tuple(_decode_rank_batch(*by_rank[r][:2], 0, by_rank[r][2]) if r in by_rank
-                                else _decode_rank_batch(0, 0, 0) for r in range(ranks)))
-        want = CachedTiming(timing).step_time("decode", "wide-ep", batch) if any(t for *_, t in loads) else None
-        got = memo.decode_tail_step_time("wide-ep", ranks, loads)
-        sparse = memo.sparse_step_time_of("decode", "wide-ep", ranks,
-                                          {r: _totals(batch.ranks[r]) for r in by_rank})
-        assert (got.total_s, got.rank_busy_s) == (sparse.total_s, sparse.rank_busy_s)
-        if want is not None:
-            assert (got.total_s, got.rank_busy_s) == (want.total_s, want.rank_busy_s)
+    errors = []
+    for _ in range(100):
+        ranks = rng.choice((2, 8, 24, 48))
+        n = rng.choice((1, 3, 20, 200))
+        ctx = rng.randrange(1_000, 100_000)
+        tails = {r: rng.choice((17, 63)) for r in rng.sample(range(ranks), rng.randrange(1, ranks + 1))}
+        batch = StepBatch(tuple(_decode_rank_batch(n, n * ctx + tails.get(r, 0), 0, tails.get(r, 0))
+                                for r in range(ranks)))
+        layout = timing.layout("wide-ep", ranks=ranks)
+        want = timing.step_time("decode", layout, batch)
+        total_ctx = ranks * n * ctx + sum(tails.values())
+        got = memo.decode_tail_step_time_of(layout, ranks, ranks, ranks * n, n, total_ctx, list(tails.values()))
+        errors.append(abs(got.total_s - want.total_s) / want.total_s)
+        misses = memo.misses
+        moved = dict(zip(rng.sample(range(ranks), len(tails)), tails.values(), strict=True))
+        again = memo.decode_tail_step_time_of(layout, ranks, ranks, ranks * n, n, total_ctx, list(moved.values()))
+        assert again is got and memo.misses == misses
+    errors.sort()
+    # the ratio's coarse shape (tails rounded to powers of two) is off most where the tails are a
+    # large share of a tiny batch's tokens (2 ranks, 1 sequence each, 4k context: 14%)
+    assert errors[len(errors) // 2] < 0.03 and errors[-1] < 0.15
+
