@@ -50,6 +50,10 @@ class TimingSection(Section):
     model: str = "deepseek-v4.1-flash"
     optimizations: str = Field("rubin-optimized", description="preset name or comma-separated switches")
     target_block_tokens: int = Field(64, gt=0, description="KV block size of the target deployment")
+    # Where the target's Engram tables live (rackserve/timing/engram_placement.py): "hbm-sharded" (the
+    # reference: sharded over every GPU's HBM, rows over NVLink) or "host-copy" (a copy in host DRAM per CPU
+    # an instance spans, rows over the CPU-GPU link).
+    engram_placement: Literal["hbm-sharded", "host-copy"] = "hbm-sharded"
 
 
 class InstanceGroup(Section):

@@ -30,39 +30,68 @@ def explain(
     max_lanes: Annotated[int, typer.Option(help="refinement: highest concurrency")] = 20_000,
     duration: Annotated[float | None, typer.Option(help="override each workload's duration_s")] = None,
     measure_start: Annotated[float | None, typer.Option(help="override the trace workload's measure_start_s")] = None,
+    jobs: Annotated[int, typer.Option(min=1, help="points simulated at once (local processes)")] = 1,
     out: Annotated[Path, typer.Option(help="folder for the steps' scenarios, explain.json and the waterfall")] = Path(
         "out/sim-explain"),
 ) -> None:
     """Walk from A to B one factor at a time; report throughput/GPU at the target after each step."""
     from rackserve.sim.explain import read_scenario_dict, walk
-    from rackserve.sim.sweep import adaptive, curves, grid
+    from rackserve.sim.sweep import adaptive, grid
 
     for path in (a, b):
         load_with_overrides(path, None, None, None)
     steps = walk(read_scenario_dict(a), read_scenario_dict(b))
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    paths = []
     for i, step in enumerate(steps):
         path = out / f"step{i}.yaml"
         path.write_text(yaml.safe_dump(step.scenario, sort_keys=False))
         load_with_overrides(path, None, None, None)
-        if concurrency:
-            runs = in_process(grid([str(path)], [int(c) for c in csv_list(concurrency)], [_policy(step.scenario)],
-                                   duration, measure_start))
-        else:
-            runs = adaptive([str(path)], [_policy(step.scenario)], in_process, 1, max_lanes, 0, 1, duration,
-                            measure_start)
-        (c,) = curves(runs, [target_tps_user])
-        value = c["at_target"][f"{target_tps_user:g}"]["p50"]
-        rows.append({"step": i, "factor": step.factor, "change": step.change, "scenario": str(path),
-                     "throughput_per_gpu_at_target": value, "peak_throughput_per_gpu": c["peak"]["throughput_per_gpu"],
-                     "frontier_p50": c["frontier_p50"]})
-        console.print(f"step {i} {step.factor}: {_num(value)} tok/s/GPU at {target_tps_user:g} tok/s/user")
+        paths.append(str(path))
+    run = in_process if jobs == 1 else in_processes(jobs)
+    if concurrency:  # every step's points at once, so --jobs runs steps side by side
+        runs = run([p for s, path in zip(steps, paths, strict=True)
+                    for p in grid([path], [int(c) for c in csv_list(concurrency)], [_policy(s.scenario)],
+                                  duration, measure_start)])
+    else:
+        runs = [r for s, path in zip(steps, paths, strict=True)
+                for r in adaptive([path], [_policy(s.scenario)], run, 1, max_lanes, 0, max(jobs, 1), duration,
+                                  measure_start)]
+    rows = [step_row(i, s, path, [r for r in runs if r["scenario_path"] == path], target_tps_user)
+            for i, (s, path) in enumerate(zip(steps, paths, strict=True))]
     payload = {"schema": SCHEMA, "a": str(a), "b": str(b), "target_tps_user": target_tps_user, "steps": rows}
     (out / "explain.json").write_text(json.dumps(payload, indent=1, default=float) + "\n")
     plot_waterfall(rows, target_tps_user, out / "explain-waterfall.png")
     console.print(table(rows, target_tps_user))
     console.print(f"wrote {out}/explain.json and explain-waterfall.png")
+
+
+def step_row(i: int, step, path: str, runs: list[dict], target: float) -> dict:
+    """One step's line of explain.json: its frontier priced at the target, and what its runs cost."""
+    from rackserve.sim.sweep import curves
+
+    (c,) = curves(runs, [target])
+    value = c["at_target"][f"{target:g}"]["p50"]
+    console.print(f"step {i} {step.factor}: {_num(value)} tok/s/GPU at {target:g} tok/s/user")
+    return {"step": i, "factor": step.factor, "change": step.change, "scenario": path,
+            "throughput_per_gpu_at_target": value, "peak_throughput_per_gpu": c["peak"]["throughput_per_gpu"],
+            "frontier_p50": c["frontier_p50"], "points": c["points"],
+            "cpu_s": sum(r.get("point_cpu_s", r.get("cpu_s", 0.0)) for r in runs),
+            "wall_s": sum(r.get("wall_s", 0.0) for r in runs)}
+
+
+def in_processes(jobs: int):
+    """A runner over `jobs` local worker processes (no Ray: nothing to lock or tear down)."""
+
+    def run(points):
+        from concurrent.futures import ProcessPoolExecutor
+
+        from rackserve.sim.sweep import run_point
+
+        with ProcessPoolExecutor(max_workers=min(jobs, max(len(points), 1))) as pool:
+            return list(pool.map(run_point, points))
+
+    return run
 
 
 def _policy(scenario: dict) -> str:

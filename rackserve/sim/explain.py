@@ -2,8 +2,10 @@
 price throughput/GPU at a target interactivity after each step (a waterfall).
 
 The factors, in order: the workload (so every step serves the same load), hardware, kernel
-optimization switches, layouts (the deployment), pool tiers, Engram placement, routing policy.
-Pure: scenario mappings in, scenario mappings out; the CLI runs and plots them.
+optimization switches, layouts (the deployment), pool tiers, Engram placement (`timing.engram_placement`,
+with the live small model's `engram` section), routing policy. A field a scenario leaves out counts as
+its config default, so an explicit default is no step. Pure: scenario mappings in, scenario mappings
+out; the CLI runs and plots them.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ FACTORS: tuple[tuple[str, str, tuple[str, ...] | None], ...] = (
     ("optimizations", "timing", ("optimizations",)),
     ("layouts", "deployment", None),
     ("pool tiers", "pool", None),
-    ("engram placement", "engram", None),
+    ("engram placement", "timing", ("engram_placement",)),
     ("routing policy", "routing", ("policy",)),
 )
 POOL_SIM_KEYS = ("rank_cache_tokens", "decode_kv_tokens_per_rank")  # capacity overrides travel with the pool
+TRAVELS_WITH = {"engram placement": "engram"}  # the live small model's Engram sizes go with the placement
 
 
 @dataclass(frozen=True)
@@ -52,9 +55,11 @@ def walk(a: dict[str, Any], b: dict[str, Any]) -> list[Step]:
     steps = [Step("A", str(a.get("name", "A")), copy.deepcopy(cur))]
     for factor, key, inner in FACTORS:
         before, after = _get(cur, key, inner), _get(b, key, inner)
-        if before == after:
+        if _or_default(before, key, inner) == _or_default(after, key, inner):
             continue
         _set(cur, key, inner, after)
+        if factor in TRAVELS_WITH:
+            _set(cur, TRAVELS_WITH[factor], None, b.get(TRAVELS_WITH[factor]))
         if factor == "pool tiers":
             sim = cur.setdefault("sim", {})
             for k in POOL_SIM_KEYS:
@@ -62,8 +67,21 @@ def walk(a: dict[str, Any], b: dict[str, Any]) -> list[Step]:
                 if k in (b.get("sim") or {}):
                     sim[k] = b["sim"][k]
         cur["name"] = f"step{len(steps)}-{factor.replace(' ', '-')}"
-        steps.append(Step(factor, f"{_say(before)} -> {_say(after)}", copy.deepcopy(cur)))
+        change = f"{_say(_or_default(before, key, inner))} -> {_say(_or_default(after, key, inner))}"
+        steps.append(Step(factor, change, copy.deepcopy(cur)))
     return steps
+
+
+def _or_default(value: Any, key: str, inner: tuple[str, ...] | None) -> Any:
+    """`value`, or the config's default of a one-field factor where the scenario leaves it out."""
+    if value is not None or inner is None or len(inner) != 1:
+        return value
+    from rackserve.config import Config
+
+    section = Config.model_fields.get(key)
+    fields = getattr(section.annotation, "model_fields", {}) if section else {}
+    field = fields.get(inner[0])
+    return None if field is None else field.default
 
 
 def _get(data: dict, key: str, inner: tuple[str, ...] | None) -> Any:

@@ -46,7 +46,8 @@ def size_scenario(scenario) -> Sizing:
                                                       "gpu_memory_utilization", "decode_context_tokens")
                        if getattr(sim, k) is not None})
     model, hw = load_model(cfg.timing.model), load_hardware(cfg.timing.hardware)
-    cap = derive_capacity(model, hw, layouts_of(cfg.deployment.prefill), layouts_of(cfg.deployment.decode), limits)
+    cap = derive_capacity(model, hw, layouts_of(cfg.deployment.prefill), layouts_of(cfg.deployment.decode), limits,
+                          cfg.timing.engram_placement)
     overrides = [f"sim.{k}" for k in ("rank_cache_tokens", "decode_kv_tokens_per_rank", "prefill_chunk_tokens",
                                        "prefill_max_batch_seqs", "decode_max_batch_seqs") if k in given]
     pool_hbm, pool_dram = cap.pool_hbm, cap.pool_dram

@@ -8,6 +8,7 @@ import numpy as np
 from rackserve.timing import comm
 from rackserve.timing.batch_features import GroupArrays
 from rackserve.timing.cost_context import CostContext, LayerGroups
+from rackserve.timing.engram_placement import fetch_time
 from rackserve.timing.layout import Layout
 from rackserve.timing.parts import ATTN_PART, MOE_PART, Parts
 from rackserve.timing.roofline import attention_time, copy_time, domain_bw_factor, gemm_time
@@ -144,8 +145,9 @@ def lm_head(ctx, lay: Layout, phase: str, tokens, seqs, parts: Parts) -> None:
 
 
 def engram(ctx, lg: LayerGroups, gi: int, tokens: np.ndarray, parts: Parts) -> None:
-    """Engram rows are fetched over NVLink from the GPUs holding the table shards, issued at step
-    start (addressed by token ids alone), so only what outlasts the layers before it is exposed.
+    """Engram rows are fetched over NVLink from the GPUs holding the table shards (or, host-copy, over
+    the CPU-GPU link from the host's copy: engram_placement.py), issued at step start (addressed by
+    token ids alone), so only what outlasts the layers before it is exposed.
     The layers before it are timed by their token-count components (attention over the context is
     left out, so the exposure is, if anything, over-estimated), which keeps this memoizable."""
     m, hw = ctx.model, ctx.hw
@@ -153,7 +155,7 @@ def engram(ctx, lg: LayerGroups, gi: int, tokens: np.ndarray, parts: Parts) -> N
     if not m.engram or not layers:
         return
     per_layer = (parts.total(ATTN_PART) + parts.total(MOE_PART)) / m.layers
-    fetch = comm.p2p_time(hw, tokens * (m.engram.rows_per_token * m.engram.row_bytes))
+    fetch = fetch_time(hw, tokens * (m.engram.rows_per_token * m.engram.row_bytes), ctx.engram_placement)
     total = parts.zero
     for layer in layers:
         exposed = np.maximum(0.0, fetch - layer * per_layer) + hw.microarch.kernel_overhead_s

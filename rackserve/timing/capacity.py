@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rackserve.timing import engram_placement as ep
 from rackserve.timing.layout import Layout, make_layout
 from rackserve.timing.spec import DTYPE_BYTES, HardwareSpec, ModelSpec
 
@@ -149,10 +150,10 @@ class Limits:
 
 
 def gpu_memory(model: ModelSpec, hw: HardwareSpec, layout: Layout, engram_gpus: int, limits: Limits,
-               what: str) -> GpuMemory:
+               what: str, engram_placement: str = ep.HBM_SHARDED) -> GpuMemory:
     """One GPU of `layout`; ValueError when weights + Engram shard + workspace exceed its HBM."""
     mem = GpuMemory(hw.hbm_bytes, weights_bytes_per_gpu(model, hw, layout),
-                    engram_bytes_total(model) / max(engram_gpus, 1),
+                    ep.hbm_bytes_per_gpu(engram_bytes_total(model), engram_gpus, engram_placement),
                     workspace_bytes_per_gpu(model, hw, limits.max_num_batched_tokens, limits.gpu_memory_utilization))
     if mem.kv_bytes <= 0:
         raise ValueError(
@@ -163,8 +164,8 @@ def gpu_memory(model: ModelSpec, hw: HardwareSpec, layout: Layout, engram_gpus: 
 
 
 def prefill_rank(model: ModelSpec, hw: HardwareSpec, layout: Layout, engram_gpus: int, limits: Limits,
-                 what: str) -> RankCapacity:
-    mem = gpu_memory(model, hw, layout, engram_gpus, limits, what)
+                 what: str, engram_placement: str = ep.HBM_SHARDED) -> RankCapacity:
+    mem = gpu_memory(model, hw, layout, engram_gpus, limits, what, engram_placement)
     # running prompts keep their sliding-window buffers; the rest of the KV bytes is the prefix cache
     # (tp8 replicates the one shared KV head on each of its GPUs, so per-GPU bytes are per-rank tokens)
     cache = mem.kv_bytes - limits.max_num_seqs * model.window_buffer_bytes
@@ -177,10 +178,10 @@ def prefill_rank(model: ModelSpec, hw: HardwareSpec, layout: Layout, engram_gpus
 
 
 def decode_rank(model: ModelSpec, hw: HardwareSpec, layout: Layout, engram_gpus: int, limits: Limits,
-                what: str) -> RankCapacity:
+                what: str, engram_placement: str = ep.HBM_SHARDED) -> RankCapacity:
     """A decode rank keeps KV for max_num_seqs slots of decode_context_tokens (fewer if HBM ends first)
     and lends the rest; its KV-token budget is what its scheduler admits against."""
-    mem = gpu_memory(model, hw, layout, engram_gpus, limits, what)
+    mem = gpu_memory(model, hw, layout, engram_gpus, limits, what, engram_placement)
     slot_bytes = model.window_buffer_bytes + limits.decode_context_tokens * model.kv_bytes_per_token
     seqs = min(limits.max_num_seqs, int(mem.kv_bytes // slot_bytes))
     if seqs < 1:
@@ -195,13 +196,16 @@ def decode_rank(model: ModelSpec, hw: HardwareSpec, layout: Layout, engram_gpus:
 
 # ---- deployment ---------------------------------------------------------------------------------
 def derive_capacity(model: ModelSpec, hw: HardwareSpec, prefill: list[tuple[Layout, int]],
-                    decode: list[tuple[Layout, int]], limits: Limits = Limits()) -> DeploymentCapacity:
+                    decode: list[tuple[Layout, int]], limits: Limits = Limits(),
+                    engram_placement: str = ep.HBM_SHARDED) -> DeploymentCapacity:
     """`prefill` / `decode`: (layout, instance count) per instance group. Engram tables are sharded over
-    every GPU of the deployment (REFERENCE: "sharded across GPU HBM over NVLink")."""
+    every GPU of the deployment (REFERENCE: "sharded across GPU HBM over NVLink"), or with `host-copy`
+    held in host DRAM, one copy per CPU an instance spans, out of the DRAM tier (engram_placement.py)."""
+    ep.check_placement(engram_placement)
     gpus = sum(lay.gpus * n for lay, n in (*prefill, *decode))
-    pre = tuple(prefill_rank(model, hw, lay, gpus, limits, f"deployment.prefill[{i}]")
+    pre = tuple(prefill_rank(model, hw, lay, gpus, limits, f"deployment.prefill[{i}]", engram_placement)
                 for i, (lay, _) in enumerate(prefill))
-    dec = tuple(decode_rank(model, hw, lay, gpus, limits, f"deployment.decode[{i}]")
+    dec = tuple(decode_rank(model, hw, lay, gpus, limits, f"deployment.decode[{i}]", engram_placement)
                 for i, (lay, _) in enumerate(decode))
     lenders = sum(lay.gpus * n for lay, n in decode)
     lent = sum(r.lent_bytes * lay.gpus * n for r, (lay, n) in zip(dec, decode, strict=True))
@@ -212,9 +216,18 @@ def derive_capacity(model: ModelSpec, hw: HardwareSpec, prefill: list[tuple[Layo
         raise ValueError(f"hardware {hw.name}: host_dram_bytes_per_tray and nic_rdma_bw_bytes_per_s are needed "
                          "for the pool's DRAM tier")
     nic = hw.nic_rdma_bw_bytes_per_s
-    dram = PoolPath(trays * hw.host_dram_bytes_per_tray * (1 - HOST_RESERVED_FRACTION), nic,
+    dram = PoolPath(trays * hw.host_dram_bytes_per_tray * (1 - HOST_RESERVED_FRACTION)
+                    - engram_host_bytes(model, hw, [*prefill, *decode], engram_placement), nic,
                     nic * trays * hw.gpus_per_tray, hw.nvlink_latency_s)
     return DeploymentCapacity(pre, dec, pool_hbm, dram, model.kv_bytes_per_token, model.window_buffer_bytes, trays)
+
+
+def engram_host_bytes(model: ModelSpec, hw: HardwareSpec, groups: list[tuple[Layout, int]], placement: str) -> float:
+    """Host DRAM the Engram copies take (host-copy: one per CPU each instance spans; else none)."""
+    copies = ep.host_copies(hw, [lay.gpus for lay, n in groups for _ in range(n)], placement)
+    if copies:
+        ep.check_copy_fits(hw, engram_bytes_total(model), 1 - HOST_RESERVED_FRACTION)
+    return copies * engram_bytes_total(model)
 
 
 def layouts_of(groups: list) -> list[tuple[Layout, int]]:

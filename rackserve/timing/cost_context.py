@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rackserve.timing.batch_features import CodeShape, code_shapes
+from rackserve.timing.engram_placement import HBM_SHARDED, check_placement
 from rackserve.timing.launch_path import on_launch_path
 from rackserve.timing.optimizations import Optimizations
 from rackserve.timing.spec import HardwareSpec, ModelSpec
@@ -38,15 +39,18 @@ class CostContext:
     groups: dict[str, LayerGroups]
     indexer_codes: np.ndarray  # 1.0 for attention codes that use the indexer
     memo: dict = field(default_factory=dict, compare=False, repr=False)  # see _token_bundle
+    engram_placement: str = HBM_SHARDED  # rackserve/timing/engram_placement.py
 
     @staticmethod
-    def build(hw: HardwareSpec, model: ModelSpec, opts: Optimizations) -> CostContext:
+    def build(hw: HardwareSpec, model: ModelSpec, opts: Optimizations,
+              engram_placement: str = HBM_SHARDED) -> CostContext:
         hw = on_launch_path(hw, opts.pdl)
         codes = code_shapes(model)
         order = sorted(model.attention.codes)
         groups = {p: _layer_groups(model, order, p) for p in ("prefill", "decode")}
         indexer = np.array([float(c.indexer) for c in codes])
-        return CostContext(hw, model, opts, codes, groups, indexer)
+        return CostContext(hw, model, opts, codes, groups, indexer,
+                           engram_placement=check_placement(engram_placement))
 
 
 def _layer_groups(model: ModelSpec, order: list[int], phase: str) -> LayerGroups:

@@ -94,6 +94,7 @@ class HardwareSpec(_Spec):
     host_dram_bw_bytes_per_s: float = Field(gt=0)
     kv_block_overhead_s: float = Field(ge=0, description="per KV block moved between pool and rank")
     gpus_per_tray: int = Field(4, gt=0, description="GPUs sharing one host (tray / node)")
+    cpus_per_tray: int = Field(1, gt=0, description="host CPUs of a tray, each with its own DRAM and GPU links")
     host_dram_bytes_per_tray: float | None = Field(
         None, gt=0, description="host DRAM of one tray (pool tier)"
     )

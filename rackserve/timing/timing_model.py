@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rackserve.timing import comm
 from rackserve.timing.batch import RankBatch, StepBatch, StepCost
+from rackserve.timing.engram_placement import HBM_SHARDED, check_placement
 from rackserve.timing.layout import Layout, make_layout
 from rackserve.timing.optimizations import Optimizations, parse_optimizations
 from rackserve.timing.overlap import overlapped, split_in_two
@@ -30,8 +31,10 @@ class TimingModel:
         model: ModelSpec,
         optimizations: Optimizations,
         block_tokens: int = 64,
+        engram_placement: str = HBM_SHARDED,
     ) -> None:
         self.hardware = hardware
+        self.engram_placement = check_placement(engram_placement)
         self.model = model
         self.requested_optimizations = optimizations
         # switches the hardware cannot run are dropped here (skipped_switches says why)
@@ -47,7 +50,7 @@ class TimingModel:
             speculation(model) if self.optimizations.mtp else None
         )
         self._draft: TimingModel | None = None
-        self._ctx = CostContext.build(hardware, model, self.optimizations)
+        self._ctx = CostContext.build(hardware, model, self.optimizations, engram_placement)
         self._layouts: dict[tuple[str, int | None], Layout] = {}
         self._estimates: dict[tuple[str, int, int], float] = {}
         self._plans: dict[tuple[Layout, str], StepPlan] = {}
@@ -59,23 +62,34 @@ class TimingModel:
         model: str = "deepseek-v4.1-flash",
         optimizations: str | Optimizations = "rubin-optimized",
         block_tokens: int = 64,
+        engram_placement: str = HBM_SHARDED,
     ) -> TimingModel:
         opts = (
             optimizations
             if isinstance(optimizations, Optimizations)
             else parse_optimizations(optimizations)
         )
-        return TimingModel(load_hardware(hardware), load_model(model), opts, block_tokens)
+        return TimingModel(
+            load_hardware(hardware), load_model(model), opts, block_tokens, engram_placement
+        )
 
     @staticmethod
     def from_section(section) -> TimingModel:
-        """From rackserve.config.TimingSection (hardware, model, optimizations, target_block_tokens)."""
+        """From rackserve.config.TimingSection (hardware, model, optimizations, target_block_tokens,
+        engram_placement)."""
         return TimingModel.create(
-            section.hardware, section.model, section.optimizations, section.target_block_tokens
+            section.hardware,
+            section.model,
+            section.optimizations,
+            section.target_block_tokens,
+            section.engram_placement,
         )
 
     def with_hardware(self, hardware: HardwareSpec) -> TimingModel:
-        return TimingModel(hardware, self.model, self.requested_optimizations, self.block_tokens)
+        return TimingModel(
+            hardware, self.model, self.requested_optimizations, self.block_tokens,
+            self.engram_placement,
+        )
 
     def with_optimizations(self, optimizations: str | Optimizations) -> TimingModel:
         opts = (
@@ -83,7 +97,9 @@ class TimingModel:
             if isinstance(optimizations, Optimizations)
             else parse_optimizations(optimizations)
         )
-        return TimingModel(self.hardware, self.model, opts, self.block_tokens)
+        return TimingModel(
+            self.hardware, self.model, opts, self.block_tokens, self.engram_placement
+        )
 
     def layout(self, name: str, ranks: int | None = None) -> Layout:
         key = (name, ranks)
