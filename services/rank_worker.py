@@ -5,14 +5,14 @@ Prefill ranks reuse their HBM cache, then the KV pool, compute the rest, write t
 full blocks to the pool (leased until the decode rank has read them) and return the first token.
 Decode ranks import a prompt's blocks from the pool by handle, recompute the partial tail and
 decode. Every step is charged the tokens its engine computed. Both publish their cache's KV events
-(tier rank_hbm) to the Redis Stream the router follows.
+(tier rank_hbm) to the Redis Stream the router follows, from a thread of their own
+(services/event_pump.py). Requests arrive on the step call (services/rank_inbox.py).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,21 +20,19 @@ import redis
 
 from rackserve.config import Config
 from rackserve.kv.block_hash import block_hashes
-from rackserve.kv.events import EventSequencer, KVEvent, Publisher
+from rackserve.kv.events import Publisher
 from rackserve.model.config import ModelConfig
 from rackserve.model.engine import Engine
-from rackserve.model.engram import engram_row_ids_windows, engram_windows
 from rackserve.model.sampling import SamplingParams
 from rackserve.sched.scheduler import QueueFull
 from rackserve.timing.batch import RankBatch
-from services import kvevents
 from services.engram.client import ShardedEngramTable
+from services.event_pump import EventPump
 from services.kv_link import PoolLink
 from services.rank_inbox import FAILED, INVALID, QUEUE_FULL, AdmitResult, Admitted, Submission
 
 log = logging.getLogger(__name__)
-REDIS_TIMEOUT_S = 1.0  # a hung Redis must not stall the lockstep step for long
-REDIS_RETRY_S = 0.5  # while Redis is unreachable, publishing is retried at most this often
+REDIS_TIMEOUT_S = 1.0  # a hung Redis holds the event pump (never a step) this long per send
 
 
 @dataclass(frozen=True)
@@ -115,7 +113,6 @@ class RankWorker:
             if self.engram_addrs
             else None
         )
-        self._engram = table
         self.engine = Engine.from_config(
             model,
             engram=table,
@@ -131,11 +128,7 @@ class RankWorker:
             self.redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
         )
         self._seqs: dict[str, _Seq] = {}
-        # The wire numbering of this rank's events: a new epoch per actor start (a restarted
-        # actor counts from 1 again and the router's index follows it instead of ignoring it).
-        self._events = EventSequencer(Publisher(self.instance, self.rank), time.time_ns())
-        self._unsent: list[KVEvent] = []
-        self._retry_at = 0.0
+        self._pump = EventPump(self._redis, Publisher(self.instance, self.rank))
 
     def ready(self) -> bool:
         """The health probe's question (services/rank_probe.py), answered on the actor's thread (a
@@ -164,10 +157,7 @@ class RankWorker:
         hashes = block_hashes(prompt, bs, self.model.model_id)
         usable = (len(prompt) - 1) // bs  # the last prompt token is always computed
         local = min(self.engine.cached_prefix_tokens(prompt) // bs, usable)
-        warming = self._warm_engram(prompt, local * bs)  # overlaps the pool's round trips
         fetched = self.pool.fetch(hashes[local:usable])
-        if warming is not None:
-            warming.result()
         kv_blocks = [(h, b"") for h in hashes[:local]] + [(h, data) for h, data, _ in fetched]
         sampling = SamplingParams(**_engine_params(params, max_tokens=1))
         self.engine.add_request(request_id, prompt, sampling, kv_blocks=kv_blocks)
@@ -191,11 +181,7 @@ class RankWorker:
         bs = self.model.block_size
         local = self.engine.cached_prefix_tokens(prompt) // bs
         local = min(local, len(kv_hashes))
-        tail = [*prompt, first_token]  # the first step computes what follows the handle's blocks
-        warming = self._warm_engram(tail, len(kv_hashes) * bs)
         fetched = self.pool.fetch(kv_hashes[local:], handoff_lease=kv_lease_id)
-        if warming is not None:
-            warming.result()
         kv_blocks = [(h, b"") for h in kv_hashes[:local]] + [(h, data) for h, data, _ in fetched]
         sampling = SamplingParams(**_engine_params(params))
         self.engine.add_request(
@@ -205,16 +191,6 @@ class RankWorker:
         dram = sum(bs for _, _, tier in fetched if tier == "pool_dram")
         self._seqs[request_id] = _Seq(prompt, hbm, dram, local=local * bs)
         return Admitted(local * bs, hbm, dram)
-
-    def _warm_engram(self, tokens: list[int], start: int) -> Future | None:
-        """Start fetching the Engram rows of the tokens' first chunk from `start` (what the step
-        will compute first) into the row cache, so the step's lookup finds them there (rows
-        depend on token ids only) and the fetch overlaps the pool's round trips."""
-        if self._engram is None:
-            return None
-        stop = min(len(tokens), start + self.cfg.engine.max_num_batched_tokens)
-        windows = engram_windows(tokens, start, stop, self.model)
-        return self._engram.warm(engram_row_ids_windows(windows, self.model))
 
     def cancel(self, request_id: str) -> None:
         if self._seqs.pop(request_id, None) is not None:
@@ -301,26 +277,9 @@ class RankWorker:
         return self.pool.store(blocks, hold=hold)
 
     def _publish_events(self) -> None:
-        """Publish the step's KV events; while Redis is unreachable the rank keeps serving and,
-        once it is back, starts a new epoch with `cleared` (events it could not send are lost,
-        so the router forgets this rank's blocks rather than trust a view with holes)."""
-        if self._retry_at:
-            self.engine.drain_events()
-            if time.monotonic() < self._retry_at:
-                return
-            self._events.start_over(time.time_ns())
-            self._unsent = [self._events.make("cleared", "rank_hbm")]
-        self._unsent += [self._events.restamp(e) for e in self.engine.drain_events()]
-        if not self._unsent:
-            return
-        try:
-            kvevents.publish(self._redis, self._unsent)
-        except redis.RedisError as exc:
-            if not self._retry_at:
-                log.warning("%s/%d: KV events not published (%s)", self.instance, self.rank, exc)
-            self._retry_at = time.monotonic() + REDIS_RETRY_S
-            return
-        self._unsent, self._retry_at = [], 0.0
+        """Hand the step's KV events to the pump (services/event_pump.py): published in order on
+        its thread, never within the step."""
+        self._pump.send(self.engine.drain_events())
 
 
 def _engine_params(params: dict, **override: object) -> dict:

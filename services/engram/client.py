@@ -102,14 +102,6 @@ class ShardedEngramTable:
             at += n
         return rows
 
-    def warm(self, row_ids: np.ndarray) -> Future[list[np.ndarray]] | None:
-        """Fetch both tables' rows of `row_ids` into the row cache on a pool thread (a later
-        lookup of them is answered from it); None without a cache. Wait for the future before
-        the next lookup: the cache is not shared between threads while it fills."""
-        if self._caches is None:
-            return None
-        return self._prefetcher.submit(self.lookup_all, np.array(row_ids, copy=True))
-
     def prefetch(self, table: int, row_ids: np.ndarray) -> Future[np.ndarray]:
         """Start `lookup` now; `.result()` when the layer needs the rows."""
         return self._prefetcher.submit(self.lookup, table, np.array(row_ids, copy=True))
