@@ -47,14 +47,25 @@ def _split_rank(rb: RankBatch) -> tuple[RankBatch, RankBatch]:
     mid = total // 2
     i = int(np.searchsorted(ends, mid))  # the sequence holding the midpoint
     head = int(mid - (ends[i] - new[i]))  # its tokens that go to the first half
-    a_new = np.append(new[:i], head) if head else new[:i]
-    a_cached = np.append(cached[:i], cached[i]) if head else cached[:i]
     rest = int(new[i] - head)
-    b_new = np.append(rest, new[i + 1 :]) if rest else new[i + 1 :]
-    b_cached = np.append(cached[i] + head, cached[i + 1 :]) if rest else cached[i + 1 :]
-    first = RankBatch(a_new.astype(np.int64), a_cached.astype(np.int64), rb.pool_hbm_tokens,
-                      rb.pool_dram_tokens)  # fmt: skip
-    return first, RankBatch(b_new.astype(np.int64), b_cached.astype(np.int64))
+    # slices of the int64 arrays (copied where an entry changes): the same halves as appending
+    # the straddling sequence's parts, without a new array per part
+    if head:
+        a_new, a_cached = new[: i + 1].copy(), cached[: i + 1]
+        a_new[i] = head
+    else:
+        a_new, a_cached = new[:i], cached[:i]
+    if rest:
+        b_new, b_cached = new[i:].copy(), cached[i:].copy()
+        b_new[0], b_cached[0] = rest, cached[i] + head
+    else:
+        b_new, b_cached = new[i + 1 :], cached[i + 1 :]
+    first = RankBatch(_int64(a_new), _int64(a_cached), rb.pool_hbm_tokens, rb.pool_dram_tokens)
+    return first, RankBatch(_int64(b_new), _int64(b_cached))
+
+
+def _int64(a: np.ndarray) -> np.ndarray:
+    return a if a.dtype == np.int64 else a.astype(np.int64)
 
 
 def overlapped(serial: StepCost, a: StepCost, b: StepCost, moe_layers: int) -> StepCost:
