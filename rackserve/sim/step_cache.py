@@ -233,7 +233,11 @@ def _decode_representative(ranks: int, active: int, total: int, busiest: int, ct
     rest, others = total - busiest, max(active - 1, 0)
     counts = [busiest] + [rest // others + (1 if i < rest % others else 0) for i in range(others)] if others else [busiest]
     counts += [0] * (ranks - len(counts))
-    return StepBatch(tuple(RankBatch.of([1] * c, [ctx] * c) for c in counts))
+    made: dict[int, RankBatch] = {}  # ranks of one count share one batch (the model only reads them)
+    for c in counts:
+        if c not in made:
+            made[c] = RankBatch(np.ones(c, dtype=np.int64), np.full(c, ctx, dtype=np.int64))
+    return StepBatch(tuple(made[c] for c in counts))
 
 
 def _pow2(x: int, cap: int) -> int:
