@@ -1,9 +1,10 @@
 """What the simulator tells a progress display, and when.
 
-A tick carries both clocks: requests done of those known up front (a trace: its length) and the
-simulated time of where the run stops (closed loop: the measured window's end, the horizon or the
-workload's duration), so a display can show "done / total" for a trace and "simulated s / end" for
-a closed loop, where the request count is not known until the end. The last tick (`final`) comes
+A tick carries both clocks: requests done of those known up front (a trace: its length; a uniform
+closed loop: its request count) and the simulated time of where the run stops (closed loop: the
+measured window's end, the horizon or the workload's duration), so a display can show "done /
+total" where the count is known and "simulated s / end" for a closed loop whose request count is
+not known until the end. The last tick (`final`) comes
 when the run is over, whatever the count, so a display ends at its true figure and stops its clock.
 """
 
@@ -19,7 +20,7 @@ TICK_EVERY = 256  # requests done between ticks
 class ProgressTick:
     done: int  # requests finished or rejected so far (warm-up turns included)
     sent: int  # requests arrived so far
-    total: int | None  # requests the run will see, when known up front (an open-loop trace)
+    total: int | None  # requests the run will see, when known up front (a trace; a uniform closed loop's count)
     now_s: float  # the simulated clock
     end_s: float | None  # where the run stops, when known
     final: bool = False

@@ -174,7 +174,9 @@ class Simulator(DecodeSide):
     def run(self) -> SimResult:
         wall, cpu = time.perf_counter(), time.process_time()
         initial = self.source.start()
-        self._total = len(initial) if isinstance(self.source, ListSource) else None
+        # requests the run will see when known up front: a trace's length, a uniform closed loop's count
+        self._total = len(initial) if isinstance(self.source, ListSource) else getattr(self.scenario.workload,
+                                                                                        "requests", None)
         self.queue.preload([Arrival(req.arrival_s, req) for req in initial])
         metrics = self.metrics
         if self._awaits_release and self.source.released_at_s is not None:  # type: ignore[attr-defined]
