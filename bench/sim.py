@@ -8,7 +8,9 @@ Dynamo's venv (git-ignored; Dynamo 1.6.1 needs Python 3.10-3.12, e.g. 3.11):
     python3.11 -m venv .venv-peers && .venv-peers/bin/pip install ai-dynamo==1.6.1
 (it pulls ai-dynamo-runtime 1.6.1). Without it the Dynamo row is skipped and the JSON says so.
 
-Run: .venv/bin/python bench/sim.py [--limit N] [--repeats 3]   -> bench/results/sim.json + a table.
+Run: .venv/bin/python bench/sim.py [--limit N] [--repeats 3] [--baseline DIR]   -> bench/results/sim.json + a table.
+--baseline DIR: also the same runs of an older tree (e.g. `git archive COMMIT | tar -x -C DIR`) in a
+subprocess with PYTHONPATH=DIR, interleaved with ours, group by group (old vs new in one run).
 Warm runs (step memo and router tables filled by the cold run) are repeated and their median taken:
 the machine is shared, so CPU time is reported beside wall time.
 """
@@ -73,6 +75,16 @@ def run_ours(trace: Path, group: int, policy: str, repeats: int) -> dict:
             "hit_rate": warm.hit_rate, "ttft_p50_ms": warm.ttft_p50_s * 1e3, "tpot_p50_ms": warm.tpot_p50_s * 1e3}
 
 
+def run_baseline(root: Path, trace: Path, group: int, policy: str, repeats: int) -> dict:
+    """run_ours on the simulator of the tree at `root` (this script's functions, that tree's rackserve)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import sim; "
+            f"print(json.dumps(sim.run_ours(sim.Path({str(trace)!r}), {group}, {policy!r}, {repeats})))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root,
+                          timeout=1800, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run_dynamo(trace: Path) -> dict | None:
     if not PEERS_PY.exists():
         print(f"no {PEERS_PY}: Dynamo's replay skipped (see this script's docstring)", file=sys.stderr)
@@ -115,22 +127,35 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="first N trace records (default: all 3,993)")
     ap.add_argument("--memo-requests", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3, help="warm runs per configuration (median)")
+    ap.add_argument("--baseline", type=Path, default=None, help="an older tree to run beside ours (see the docstring)")
     args = ap.parse_args()
     trace = TRACE
     if args.limit:
         trace = Path("/tmp/rackserve-bench-trace.jsonl")
         trace.write_text("".join(TRACE.read_text().splitlines(keepends=True)[: args.limit]))
-    ours = [run_ours(trace, g, "least-uncached-work", args.repeats) for g in (1, 8)]
+    ours, base = [], []
+    for g in (1, 8):  # interleaved, so both sides see the same load
+        if args.baseline is not None:
+            base.append(run_baseline(args.baseline, trace, g, "least-uncached-work", args.repeats))
+        ours.append(run_ours(trace, g, "least-uncached-work", args.repeats))
     dynamo = run_dynamo(trace)
     memo = memo_error(trace, args.memo_requests)
     load = os.getloadavg()
     result = {"command": "python bench/sim.py" + (f" --limit {args.limit}" if args.limit else "")
-              + (f" --repeats {args.repeats}" if args.repeats != 3 else ""), "commit": _commit(),
+              + (f" --repeats {args.repeats}" if args.repeats != 3 else "")
+              + (f" --baseline {args.baseline}" if args.baseline else ""), "commit": _commit(),
               "trace": str(TRACE), "goal_ms_per_request": GOAL_MS, "load_average_1m": load[0], "cpus": os.cpu_count(),
               "ours": ours, "dynamo_replay": dynamo,
               "ratio_ours_warm_over_dynamo": [o["warm_ms_per_request"] / dynamo["ms_per_request"] for o in ours]
               if dynamo else None,
               "step_memo_error": memo}
+    if base:
+        result["baseline"] = {"root": str(args.baseline), "runs": base,
+                              "ratio_ours_warm_over_baseline": [o["warm_ms_per_request"] / b["warm_ms_per_request"]
+                                                                for o, b in zip(ours, base, strict=True)],
+                              "ratio_ours_warm_cpu_over_baseline": [
+                                  o["warm_cpu_ms_per_request"] / b["warm_cpu_ms_per_request"]
+                                  for o, b in zip(ours, base, strict=True)]}
     out = ROOT / "bench" / "results" / "sim.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
@@ -143,6 +168,11 @@ def main() -> None:
         table.add_row(f"rackserve group={o['group_blocks']} warm", f"{o['warm_ms_per_request']:.3f}",
                       f"{o['warm_cpu_ms_per_request']:.3f}", f"{ratio:.2f}x", f"{o['hit_rate']:.3f}",
                       f"{o['ttft_p50_ms']:.1f}")
+    for b in base:
+        table.add_row(f"baseline group={b['group_blocks']} warm", f"{b['warm_ms_per_request']:.3f}",
+                      f"{b['warm_cpu_ms_per_request']:.3f}",
+                      f"{b['warm_ms_per_request'] / dynamo['ms_per_request']:.2f}x" if dynamo else "",
+                      f"{b['hit_rate']:.3f}", f"{b['ttft_p50_ms']:.1f}")
     if dynamo:
         table.add_row("dynamo.replay (12P+2D)", f"{dynamo['ms_per_request']:.3f}",
                       f"<= {dynamo['subprocess_cpu_ms_per_request']:.3f}", "1.00x",
