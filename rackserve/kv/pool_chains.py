@@ -9,7 +9,7 @@ tails first; the children check keeps that true under leases and suffix lookups 
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -23,7 +23,6 @@ class StoredBlock:
     charge: int  # target bytes counted against the tier
     owner: str
     tier: PoolTier
-    last_use: float
     parent_hash: int | None  # the block before this one in its chain (None = a chain's root)
 
 
@@ -103,15 +102,30 @@ class PoolChains:
         for h in reversed(hashes):
             block = stored.get(h)
             if block is not None:
-                block.last_use = now
                 lru[block.tier].move_to_end(h)
-        block = stored.get(hashes[0])
+        self._touch_ancestors(hashes[0])
+
+    def touch_prefix(self, chain: Sequence[int], end: int) -> None:
+        """`touch(chain[end - 1:])` for a stored chain prefix: chain[:end] are stored, each hash's
+        parent the one before it, so the walk up its ancestors is chain[end - 1], ..., chain[0]
+        (then chain[0]'s own ancestors). The tiers along it are a pool_hbm run then a pool_dram run
+        (pool_tiers.py), so it is two C-level passes of move_to_end instead of one lookup per block."""
+        if end <= 0:
+            return
+        n_hbm = _leading_run(chain, end, self._hbm)
+        deque(map(self._lru[POOL_TIERS[1]].move_to_end, reversed(chain[n_hbm:end])), maxlen=0)
+        deque(map(self._hbm.move_to_end, reversed(chain[:n_hbm])), maxlen=0)
+        self._touch_ancestors(chain[0])
+
+    def _touch_ancestors(self, block_hash: int) -> None:
+        """Move the stored ancestors of `block_hash` to their tiers' ends, parent first."""
+        stored, lru = self._all, self._lru
+        block = stored.get(block_hash)
         parent = None if block is None else block.parent_hash
         while parent is not None:
             block = stored.get(parent)
             if block is None:
                 return
-            block.last_use = now
             lru[block.tier].move_to_end(parent)
             parent = block.parent_hash
 

@@ -26,6 +26,15 @@ class PoolOutbox:
             return
         self._events.append((kind, tier, [block_hash], parent))
 
+    def emit_run(self, tier: PoolTier, hashes: list[int], parent: int | None) -> None:
+        """`emit("stored", tier, h, parent_of_h)` for each block of a chain run (each hash's parent is
+        the one before it, the first's is `parent`), in one step."""
+        last = self._events[-1] if self._events else None
+        if last and last[0] == "stored" and last[1] == tier and last[2] and parent == last[2][-1]:
+            last[2].extend(hashes)
+            return
+        self._events.append(("stored", tier, list(hashes), parent))
+
     def cleared(self, tier: PoolTier) -> None:
         self._events.append(("cleared", tier, [], None))
 

@@ -8,8 +8,10 @@ space they book (`_allocate`, pool_tiers.py); moved here unchanged from pool_tie
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 from rackserve.kv.pool_chains import PoolChains, StoredBlock
 from rackserve.kv.pool_leases import Leases
@@ -50,9 +52,34 @@ class PoolPut:
         """Book space for the blocks not stored yet. `parent_hash` precedes blocks[0] in its chain."""
         self.expire(now)
         txn, expires_at = self._new_id(), now + self.limits.lease_s
-        fast = self._reserve_chain(blocks, owner, now, txn, parent_hash, expires_at)
+        default = self.limits.block_charge_bytes
+        fast = self._reserve_chain([b.block_hash for b in blocks], [b.size for b in blocks],
+                                   [b.target_size or default or b.size for b in blocks], owner, now, txn,
+                                   parent_hash, expires_at)
+        return fast if fast is not None else self._reserve_each(blocks, owner, now, txn, parent_hash, expires_at)
+
+    def reserve_chain(self, hashes: Sequence[int], size: int, last_size: int, owner: str, now: float,
+                      parent_hash: int | None = None) -> Reservation:
+        """`reserve` of a chain whose blocks all weigh `size` bytes but the last (`last_size`), with
+        the pool's default charge, without a BlockPut per block on the common path (the simulator's
+        every prompt)."""
+        self.expire(now)
+        txn, expires_at = self._new_id(), now + self.limits.lease_s
+        n = len(hashes)
+        sizes = [size] * n
+        if n:
+            sizes[-1] = last_size
+        default = self.limits.block_charge_bytes
+        charges = [default] * n if default else sizes
+        fast = self._reserve_chain(list(hashes), sizes, charges, owner, now, txn, parent_hash, expires_at)
         if fast is not None:
             return fast
+        blocks = list(map(BlockPut, hashes, sizes))
+        return self._reserve_each(blocks, owner, now, txn, parent_hash, expires_at)
+
+    def _reserve_each(self, blocks: list[BlockPut], owner: str, now: float, txn: int, parent_hash: int | None,
+                      expires_at: float) -> Reservation:
+        """The general put: block by block (exists, pending, orphan, eviction, no space)."""
         statuses: list[PutStatus] = []
         tiers: list[PoolTier | None] = []
         booked: list[int] = []
@@ -70,12 +97,11 @@ class PoolPut:
             heapq.heappush(self._txn_heap, (expires_at, txn))
         return Reservation(txn, tuple(statuses), tuple(tiers), expires_at)
 
-    def _reserve_chain(self, blocks: list[BlockPut], owner: str, now: float, txn: int, parent_hash: int | None,
-                       expires_at: float) -> Reservation | None:
+    def _reserve_chain(self, hashes: list[int], sizes: list[int], charges: list[int], owner: str, now: float,
+                       txn: int, parent_hash: int | None, expires_at: float) -> Reservation | None:
         """The common put in one pass (the simulator's every prompt): all blocks new, their parent
         known and their tier below its high watermark with all of them, so `_reserve_one` would
         reserve each in the parent's tier without evicting. None: take the general path."""
-        hashes = [b.block_hash for b in blocks]
         pending_of, stored = self._pending, self._chains._all
         if not hashes or len(set(hashes)) != len(hashes) or not (
                 pending_of.keys().isdisjoint(hashes) and stored.keys().isdisjoint(hashes)):
@@ -88,22 +114,19 @@ class PoolPut:
                 return None
             first = _TIER_INDEX[parent_tier]
         tier = POOL_TIERS[first]
-        default = self.limits.block_charge_bytes
-        charges = [b.target_size or default or b.size for b in blocks]
-        total, size = sum(charges), sum(b.size for b in blocks)
+        total, size = sum(charges), sum(sizes)
         if (self._used[tier] + total > self._high[tier]
                 or self._actual_used + size > self.limits.high_watermark * self.limits.budget_bytes):
             return None
         parents = [parent_hash, *hashes[:-1]]
         self._pinned.update(parents)  # each parent stays where it is until its child commits
-        for put, charge, parent in zip(blocks, charges, parents, strict=True):
-            block = StoredBlock(put.block_hash, put.size, charge, owner, tier, now, parent)
-            pending_of[put.block_hash] = _Pending(txn, block, expires_at)
+        blocks = map(StoredBlock, hashes, sizes, charges, repeat(owner), repeat(tier), parents)
+        pending_of.update(zip(hashes, map(_Pending, repeat(txn), blocks, repeat(expires_at)), strict=True))
         self._used[tier] += total
         self._actual_used += size
         self._reserved[tier] += total
         self.counters.puts += 1
-        self.counters.put_blocks += len(blocks)
+        self.counters.put_blocks += len(hashes)
         self._txns[txn] = dict.fromkeys(hashes)
         heapq.heappush(self._txn_heap, (expires_at, txn))
         return Reservation(txn, ("reserved",) * len(hashes), (tier,) * len(hashes), expires_at)
@@ -132,7 +155,7 @@ class PoolPut:
             self._pinned[parent] -= 1
             self.counters.alloc_failures += 1
             return "no_space", None
-        block = StoredBlock(h, put.size, charge, owner, tier, now, parent)
+        block = StoredBlock(h, put.size, charge, owner, tier, parent)
         pending_of[h] = _Pending(txn, block, expires_at)
         self._reserved[tier] += charge
         return "reserved", tier
@@ -175,42 +198,48 @@ class PoolPut:
     def _commit_chain(self, txn: int, booked: dict[int, None], now: float) -> tuple[int, ...] | None:
         """The common commit in one pass: a whole reservation that is one chain whose first
         parent is stored, nobody waiting on anything; the general loop would store its blocks in
-        order (each parent just before its child). None (nothing done): take the general path."""
+        order (each parent just before its child) and touch them tail first, so they enter their
+        tiers tail first here, and their events go out one run per tier. None (nothing done):
+        take the general path."""
         if self._waiting or not booked:
             return None
         pending_of, chains = self._pending, self._chains
-        items = [pending_of.get(h) for h in booked]
-        prev = None
-        for h, pending in zip(booked, items, strict=True):
-            if pending is None or pending.txn != txn:
-                return None
-            parent = pending.block.parent_hash
-            if prev is not None and parent != prev:
-                return None
-            prev = h
-        first = items[0].block.parent_hash
+        chain = list(booked)
+        items = list(map(pending_of.get, chain))
+        if None in items or any(p.txn != txn for p in items):
+            return None
+        blocks = [p.block for p in items]
+        parents = [b.parent_hash for b in blocks]
+        if parents[1:] != chain[:-1]:
+            return None
+        first = parents[0]
         if first is not None and chains.tier_of(first) is None:
             return None
-        pinned, reserved, children = self._pinned, self._reserved, chains._children
-        lru, stored, emit = chains._lru, chains._all, self._outbox.emit
-        for h, pending in zip(booked, items, strict=True):
-            del pending_of[h]
-            block = pending.block
-            parent = block.parent_hash
-            pinned[parent] -= 1
+        pinned, reserved, children, lru = self._pinned, self._reserved, chains._children, chains._lru
+        deque(map(pending_of.__delitem__, chain), maxlen=0)
+        for block in blocks:
+            pinned[block.parent_hash] -= 1
             reserved[block.tier] -= block.charge
-            block.last_use = now
-            lru[block.tier][h] = block  # PoolChains.add without its orphan check (checked above)
-            stored[h] = block
-            if parent is not None:
-                children.setdefault(parent, set()).add(h)
-            emit("stored", block.tier, h, parent)
+        for block in reversed(blocks):  # PoolChains.add without its orphan check (checked above)
+            lru[block.tier][block.block_hash] = block
+        chains._all.update(zip(chain, blocks, strict=True))
+        if first is not None:
+            children.setdefault(first, set()).add(chain[0])
+        children.update({p: {h} for p, h in zip(chain[:-1], chain[1:], strict=True)})  # each parent is new: one child
+        self._emit_stored(blocks, chain)
         self.counters.committed_blocks += len(items)
-        chain = list(booked)
         booked.clear()
-        chains.touch(chain, now)
+        chains._touch_ancestors(chain[0])
         del self._txns[txn]
         return tuple(chain)
+
+    def _emit_stored(self, blocks: list[StoredBlock], chain: list[int]) -> None:
+        """`stored` events of a committed chain: one run per stretch of blocks in one tier."""
+        start = 0
+        for i in range(1, len(blocks) + 1):
+            if i == len(blocks) or blocks[i].tier != blocks[start].tier:
+                self._outbox.emit_run(blocks[start].tier, chain[start:i], blocks[start].parent_hash)
+                start = i
 
     def _store(self, block_hash: int, now: float) -> list[int]:
         """Store a written block and then the written children that waited for it."""
@@ -222,7 +251,6 @@ class PoolPut:
             pending = self._take_pending(h)
             block = pending.block
             reserved[block.tier] -= block.charge
-            block.last_use = now
             add(block)
             emit("stored", block.tier, h, block.parent_hash)
             txn_of[h] = pending.txn

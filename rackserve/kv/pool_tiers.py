@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
+from collections.abc import Iterable, Sequence
 
 from rackserve.kv.events import KVEvent, Publisher
 from rackserve.kv.pool_chains import PoolChains, StoredBlock
@@ -126,6 +127,21 @@ class PoolTiers(PoolPut):
                 self.counters.hits[tier] += 1
         self._chains.touch(list(hits), now)
         return self._lease(tiers, hits, now) if lease else Lookup(tiers, 0, now)
+
+    def lookup_prefix(self, chain: Sequence[int], end: int, now: float) -> None:
+        """`lookup([chain[end - 1]], now, lease=False)` for a chain whose first `end` hashes are
+        stored (each one's parent the hash before it): the same counters and LRU refresh, in two
+        C-level passes (PoolChains.touch_prefix) instead of a walk up the ancestors."""
+        assert end > 0, "an empty prefix has no last block to look up"
+        self.expire(now)
+        self.counters.gets += 1
+        self.counters.hits[self._chains._all[chain[end - 1]].tier] += 1
+        self._chains.touch_prefix(chain, end)
+
+    def unknown(self, hashes: Iterable[int]) -> list[int]:
+        """The hashes neither stored nor reserved (`not is_known`), in order, in one pass."""
+        pending, stored = self._pending, self._chains._all
+        return [h for h in hashes if h not in pending and h not in stored]
 
     def hold(self, hashes: list[int], now: float) -> Lookup:
         """Lease the stored blocks among `hashes` without reading them (no LRU touch, no hit

@@ -13,9 +13,10 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict, deque
 from collections.abc import Sequence
+from itertools import islice
 
 from rackserve.kv.events import EventSequencer, KVEvent, Publisher
-from rackserve.kv.pool_tiers import BlockPut, PoolLimits, PoolTiers
+from rackserve.kv.pool_tiers import PoolLimits, PoolTiers
 from rackserve.routing.index import PrefixIndex
 from rackserve.routing.view import PrefixHit, RankId
 from rackserve.sim.block_keys import BlockKeys
@@ -65,7 +66,8 @@ class RankCache:
             events.append(self._seq.make("stored", "rank_hbm", new, new_parent))
         excess = len(lru) - self.capacity
         if excess > 0:
-            gone = [lru.popitem(last=False)[0] for _ in range(excess)]
+            gone = tuple(islice(lru, excess))  # least recent first, as popitem(last=False) would take them
+            deque(map(lru.__delitem__, gone), maxlen=0)
             self.evictions += excess
             events.append(self._seq.make("removed", "rank_hbm", tuple(gone)))
         return events
@@ -106,11 +108,12 @@ class ClusterKV:
         lru = self.caches[rank].lru
         ks = keys.keys
         n_rank = self.caches[rank].match(ks)
-        rest = list(ks[n_rank:])
+        rest = ks[n_rank:]
         n_pool, n_phbm = self.pool.stored_prefix(rest, now) if rest else (0, 0)
         if n_pool:
-            # refresh LRU: touching the last hit touches its stored ancestors too (the whole hit)
-            self.pool.lookup([rest[n_pool - 1]], now, lease=False)
+            # refresh LRU as a lookup of the last hit does: it and its stored ancestors, which are
+            # ks[:n_rank + n_pool] (a key's parent is the key before it; the pool is prefix-closed)
+            self.pool.lookup_prefix(ks, n_rank + n_pool, now)
         pool = self.pool
         end = n_rank + n_pool
         blocks = {"rank_hbm": keys.blocks_in(n_rank), "pool_hbm": 0, "pool_dram": 0}
@@ -163,9 +166,7 @@ class ClusterKV:
         self.index.apply_all(events)
         for ev in events:
             if ev.kind == "removed":
-                for h in ev.block_hashes:
-                    if not self.pool.is_known(h):
-                        self._lost[h] = "rank_hbm"
+                self._lost.update(dict.fromkeys(self.pool.unknown(ev.block_hashes), "rank_hbm"))
         first = delivered_tokens // (self.block_tokens * keys.group)
         if not keys.keys[first:]:
             return
@@ -179,16 +180,18 @@ class ClusterKV:
             return
         parent = ks[first - 1] if first else None
         size = keys.group * self.block_bytes
-        puts = [BlockPut(h, size) for h in fresh]
         last = keys.element_blocks(len(ks) - 1) * self.block_bytes
-        if last != size:
-            puts[-1] = BlockPut(fresh[-1], last)
-        res = self.pool.reserve(puts, f"{rank[0]}/{rank[1]}", now, parent_hash=parent)
-        if res.to_write:
-            written = sum(puts[i].size for i in res.to_write)
+        res = self.pool.reserve_chain(fresh, size, last, f"{rank[0]}/{rank[1]}", now, parent_hash=parent)
+        if res.statuses.count("reserved") == len(fresh):  # the common put: every key is written
+            written, to_write = size * (len(fresh) - 1) + last, fresh
+        else:
+            written = sum(size if i + 1 < len(fresh) else last for i in res.to_write)
+            to_write = tuple(fresh[i] for i in res.to_write)
+        if to_write:
             done = now if self.paths is None else self.paths.transfer(now, rank, "pool_hbm", "write", written)
-            for i in res.to_write:
-                self._lost.pop(fresh[i], None)
+            lost = self._lost
+            if lost:
+                deque(map(lost.__delitem__, lost.keys() & to_write), maxlen=0)
             if done <= now:
                 self.pool.commit(res.txn, now)
             else:
