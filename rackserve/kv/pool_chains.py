@@ -31,7 +31,10 @@ class PoolChains:
         self._lru: dict[PoolTier, OrderedDict[int, StoredBlock]] = {t: OrderedDict() for t in POOL_TIERS}
         self._all: dict[int, StoredBlock] = {}  # every stored block, whatever its tier (one lookup)
         self._hbm = self._lru[POOL_TIERS[0]]
-        self._children: dict[int, set[int]] = {}  # parent hash -> hashes of its stored children
+        # parent hash -> one of its stored children; its other stored children (a chain that forks)
+        # in _siblings. One int per parent instead of a set: no object per stored block.
+        self._child: dict[int, int] = {}
+        self._siblings: dict[int, set[int]] = {}
 
     # ---- queries -------------------------------------------------------------------------
     def get(self, block_hash: int) -> StoredBlock | None:
@@ -57,13 +60,52 @@ class PoolChains:
 
     def children(self, block_hash: int) -> list[StoredBlock]:
         """The stored blocks chained right after `block_hash`."""
-        kids = sorted(self._children.get(block_hash, ()))
+        kids = sorted(self._kids(block_hash))
         return [b for k in kids if (b := self.get(k)) is not None]
+
+    def _kids(self, block_hash: int) -> list[int]:
+        one = self._child.get(block_hash)
+        if one is None:
+            return []
+        return [one, *self._siblings.get(block_hash, ())]
 
     def is_leaf(self, block: StoredBlock, within: PoolTier | None = None) -> bool:
         """No stored child (in tier `within`, or in any tier when None)."""
-        kids = self._children.get(block.block_hash, ())
-        return not kids if within is None else all(self.tier_of(k) != within for k in kids)
+        h = block.block_hash
+        if within is None or h not in self._child:
+            return h not in self._child
+        return all(self.tier_of(k) != within for k in self._kids(h))
+
+    def _link(self, parent: int, child: int) -> None:
+        """Record `child` as a stored child of `parent`."""
+        one = self._child.setdefault(parent, child)
+        if one != child:
+            self._siblings.setdefault(parent, set()).add(child)
+
+    def link_chain(self, first_parent: int | None, chain: list[int]) -> None:
+        """Record a committed chain's links: chain[0] under `first_parent` (None: a root), each
+        later hash under the one before it (new parents: one child each, in one C-level update)."""
+        if first_parent is not None:
+            self._link(first_parent, chain[0])
+        self._child.update(zip(chain[:-1], chain[1:], strict=True))
+
+    def _unlink(self, parent: int, child: int) -> None:
+        """Forget `child` as a stored child of `parent`."""
+        if self._child.get(parent) == child:
+            more = self._siblings.get(parent)
+            if more:
+                self._child[parent] = min(more)
+                more.discard(self._child[parent])
+                if not more:
+                    del self._siblings[parent]
+            else:
+                del self._child[parent]
+            return
+        more = self._siblings.get(parent)
+        if more is not None:
+            more.discard(child)
+            if not more:
+                del self._siblings[parent]
 
     # ---- changes -------------------------------------------------------------------------
     def add(self, block: StoredBlock) -> None:
@@ -72,19 +114,15 @@ class PoolChains:
         self._lru[block.tier][block.block_hash] = block
         self._all[block.block_hash] = block
         if block.parent_hash is not None:
-            self._children.setdefault(block.parent_hash, set()).add(block.block_hash)
+            self._link(block.parent_hash, block.block_hash)
 
     def detach(self, block: StoredBlock) -> None:
         """Take a childless block out of the pool."""
         assert self.is_leaf(block), "a parent leaves before its child"
         del self._lru[block.tier][block.block_hash]
         del self._all[block.block_hash]
-        self._children.pop(block.block_hash, None)
-        kids = self._children.get(block.parent_hash) if block.parent_hash is not None else None
-        if kids is not None:
-            kids.discard(block.block_hash)
-            if not kids:
-                del self._children[block.parent_hash]
+        if block.parent_hash is not None:
+            self._unlink(block.parent_hash, block.block_hash)
 
     def move(self, block: StoredBlock, tier: PoolTier) -> None:
         """Move a block to another tier (as its most recently used); its chain links stay."""
@@ -133,7 +171,8 @@ class PoolChains:
         for tier in POOL_TIERS:
             self._lru[tier].clear()
         self._all.clear()
-        self._children.clear()
+        self._child.clear()
+        self._siblings.clear()
 
     # ---- eviction order --------------------------------------------------------------------
     def victims(self, tier: PoolTier, keep: Callable[[int], bool], demote: bool) -> Iterator[StoredBlock]:

@@ -215,7 +215,7 @@ class PoolPut:
         first = parents[0]
         if first is not None and chains.tier_of(first) is None:
             return None
-        pinned, reserved, children, lru = self._pinned, self._reserved, chains._children, chains._lru
+        pinned, reserved, lru = self._pinned, self._reserved, chains._lru
         deque(map(pending_of.__delitem__, chain), maxlen=0)
         for block in blocks:
             pinned[block.parent_hash] -= 1
@@ -223,9 +223,7 @@ class PoolPut:
         for block in reversed(blocks):  # PoolChains.add without its orphan check (checked above)
             lru[block.tier][block.block_hash] = block
         chains._all.update(zip(chain, blocks, strict=True))
-        if first is not None:
-            children.setdefault(first, set()).add(chain[0])
-        children.update({p: {h} for p, h in zip(chain[:-1], chain[1:], strict=True)})  # each parent is new: one child
+        chains.link_chain(first, chain)  # each parent but the first is new: one child each
         self._emit_stored(blocks, chain)
         self.counters.committed_blocks += len(items)
         booked.clear()
