@@ -160,19 +160,22 @@ class PoolPut:
         self._reserved[tier] += charge
         return "reserved", tier
 
-    def commit(self, txn: int, now: float, hashes: list[int] | None = None) -> tuple[int, ...]:
+    def commit(self, txn: int, now: float, hashes: list[int] | None = None,
+               ancestors: Sequence[int] = ()) -> tuple[int, ...]:
         """Make a reservation's blocks visible (they enter their tier as most recently used):
         all of them, or only `hashes` (a writer may commit in parts; the rest stay reserved).
         A block is stored only after its parent: one whose parent is still being written waits
         (written) and is stored with it, or released if the parent never comes; one whose
         parent is gone is released. Returns this reservation's hashes stored now; one that
-        expired first commits nothing (the caller's bytes are then orphans; see `is_known`)."""
+        expired first commits nothing (the caller's bytes are then orphans; see `is_known`).
+        `ancestors`: the stored chain before the reservation's first block, root first, when the
+        caller knows it (the simulator): the LRU refresh of the ancestors then needs no walk."""
         self.expire(now)
         booked = self._txns.get(txn)
         if booked is None:
             return ()
         if hashes is None:
-            chain = self._commit_chain(txn, booked, now)
+            chain = self._commit_chain(txn, booked, now, ancestors)
             if chain is not None:
                 return chain
         wanted = None if hashes is None else set(hashes)
@@ -195,7 +198,8 @@ class PoolPut:
         self._drop_txn_if_done(txn)
         return mine
 
-    def _commit_chain(self, txn: int, booked: dict[int, None], now: float) -> tuple[int, ...] | None:
+    def _commit_chain(self, txn: int, booked: dict[int, None], now: float,
+                      ancestors: Sequence[int] = ()) -> tuple[int, ...] | None:
         """The common commit in one pass: a whole reservation that is one chain whose first
         parent is stored, nobody waiting on anything; the general loop would store its blocks in
         order (each parent just before its child) and touch them tail first, so they enter their
@@ -227,7 +231,10 @@ class PoolPut:
         self._emit_stored(blocks, chain)
         self.counters.committed_blocks += len(items)
         booked.clear()
-        chains._touch_ancestors(chain[0])
+        if ancestors and ancestors[-1] == first:
+            chains.touch_prefix(ancestors, len(ancestors))
+        else:
+            chains._touch_ancestors(chain[0])
         del self._txns[txn]
         return tuple(chain)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import filterfalse
 
 from rackserve.kv.events import KVEvent, Publisher
 from rackserve.kv.pool_chains import PoolChains, StoredBlock
@@ -140,8 +141,7 @@ class PoolTiers(PoolPut):
 
     def unknown(self, hashes: Iterable[int]) -> list[int]:
         """The hashes neither stored nor reserved (`not is_known`), in order, in one pass."""
-        pending, stored = self._pending, self._chains._all
-        return [h for h in hashes if h not in pending and h not in stored]
+        return list(filterfalse(self._chains._all.__contains__, filterfalse(self._pending.__contains__, hashes)))
 
     def hold(self, hashes: list[int], now: float) -> Lookup:
         """Lease the stored blocks among `hashes` without reading them (no LRU touch, no hit

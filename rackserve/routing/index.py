@@ -17,9 +17,10 @@ marks included, and its new events are followed; events of an older epoch are ig
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, compress, repeat
+from itertools import accumulate, compress, filterfalse, repeat
 from operator import and_, not_, or_
 
 from rackserve.kv.events import KVEvent, Publisher, Tier
@@ -322,19 +323,16 @@ class PrefixIndex:
         if closure is None:
             self._pool_remove(blocks, parents, flag)
         else:
-            table = self._rank
-            for h in blocks:
-                left = table[h] & ~flag
-                if left:
-                    table[h] = left
-                else:
-                    del table[h]
+            table = self._rank  # per-block work in C: the holders left, then drop the empty ones
+            lefts = list(map(and_, map(table.__getitem__, blocks), repeat(~flag)))
+            table.update(compress(zip(blocks, lefts, strict=True), lefts))
+            deque(map(table.__delitem__, compress(blocks, map(not_, lefts))), maxlen=0)
             self._orphans += closure.removed_many(blocks, parents, content.__contains__)
         rank, pool, parent_of = self._rank, self._pool_mask, self._parent
-        for h in blocks:
-            if h not in rank and h not in pool:
-                del parent_of[h]
-                self._unknown.discard(h)
+        gone = list(filterfalse(pool.__contains__, filterfalse(rank.__contains__, blocks)))  # held by nobody
+        deque(map(parent_of.__delitem__, gone), maxlen=0)
+        if self._unknown:
+            self._unknown.difference_update(gone)
 
     def _learn_parents(self, hashes: Sequence[int], parents: Sequence[int | None]) -> None:
         """An event names the parent of blocks held with an unknown one (from a snapshot): every

@@ -84,6 +84,7 @@ class ClusterKV:
         self.paths = paths
         self.recomputed_tokens: dict[str, int] = {"rank_hbm": 0, "pool_hbm": 0, "pool_dram": 0, "in_flight": 0}
         self._commits: list[tuple[float, int]] = []  # (finish time, txn) of puts still crossing
+        self._put_chain: dict[int, tuple[Sequence[int], int]] = {}  # txn -> (keys, keys before the put)
         self._lost: dict[int, str] = {}  # block hash -> tier it was dropped from (gone everywhere)
 
     # ---- time ---------------------------------------------------------------------------------
@@ -94,7 +95,8 @@ class ClusterKV:
             return
         while commits and commits[0][0] <= now:
             done, txn = heapq.heappop(commits)
-            self.pool.commit(txn, done)
+            ks, first = self._put_chain.pop(txn)
+            self.pool.commit(txn, done, ancestors=ks[:first])
         self._publish_pool()
 
     # ---- reads --------------------------------------------------------------------------------
@@ -193,9 +195,10 @@ class ClusterKV:
             if lost:
                 deque(map(lost.__delitem__, lost.keys() & to_write), maxlen=0)
             if done <= now:
-                self.pool.commit(res.txn, now)
+                self.pool.commit(res.txn, now, ancestors=ks[:first])
             else:
                 heapq.heappush(self._commits, (done, res.txn))
+                self._put_chain[res.txn] = (ks, first)
         self._publish_pool()
 
     def _publish_pool(self) -> None:
