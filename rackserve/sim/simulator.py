@@ -31,6 +31,7 @@ from rackserve.sim.events import (
     PrefillKick,
     PrefillStepEnd,
 )
+from rackserve.sim.gc_policy import rare_full_collections
 from rackserve.sim.instances import Instance, Leap
 from rackserve.sim.kv import ClusterKV, pool_limits
 from rackserve.sim.live_view import LiveClusterView
@@ -171,6 +172,7 @@ class Simulator(DecodeSide):
                                      old.queued_work_s, old.active_decode_blocks + blocks, old.running_seqs + seqs))
 
     # ---- run --------------------------------------------------------------------------------------
+    @rare_full_collections  # sim/gc_policy.py: millions of long-lived blocks
     def run(self) -> SimResult:
         wall, cpu = time.perf_counter(), time.process_time()
         initial = self.source.start()

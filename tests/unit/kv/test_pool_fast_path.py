@@ -50,3 +50,59 @@ def test_fast_paths_change_nothing(hbm: int, dram: int, monkeypatch: pytest.Monk
     slow = _trace(PoolTiers(limits), seed=hbm)
     assert fast == slow
     assert fast[-1][2].evictions["pool_hbm"] > 0 or hbm == 10**12  # the small pools evict
+
+
+def _chain_trace(pool: PoolTiers, seed: int, by_chain: bool) -> list:
+    """Puts of chains (one size but the last), commits, and prefix lookups; `by_chain` uses the
+    simulator's calls (reserve_chain, commit with ancestors, lookup_prefix), else the general ones."""
+    rng = random.Random(seed)
+    chains: list[list[int]] = [[] for _ in range(30)]
+    next_hash, out = 1, []
+    for now in range(800):
+        chain = chains[rng.randrange(30)]
+        if rng.random() < 0.05:
+            chain.clear()
+        first = len(chain)
+        chain += range(next_hash, next_hash + rng.randint(1, 30))
+        next_hash = chain[-1] + 1
+        fresh, parent, last = chain[first:], chain[first - 1] if first else None, rng.choice([300, 1000])
+        if by_chain:
+            res = pool.reserve_chain(fresh, 1000, last, "r", now, parent_hash=parent)
+            out.append(pool.commit(res.txn, now, ancestors=chain[:first]))
+        else:
+            puts = [BlockPut(h, 1000) for h in fresh[:-1]] + [BlockPut(fresh[-1], last)]
+            res = pool.reserve(puts, "r", now, parent_hash=parent)
+            out.append(pool.commit(res.txn, now))
+        probe = chains[rng.randrange(30)]
+        end = pool.stored_prefix(probe, now)[0]
+        if end:
+            if by_chain:
+                pool.lookup_prefix(probe, end, now)
+            else:
+                pool.lookup([probe[end - 1]], now, lease=False)
+        out.append((res.statuses, end, pool.drain()[0]))
+    out.append((pool.lru_order("pool_hbm"), pool.lru_order("pool_dram"), pool.counters))
+    return out
+
+
+@pytest.mark.parametrize(("hbm", "dram"), [(300_000, 900_000), (10**12, 10**12)])
+def test_simulator_calls_equal_general_calls(hbm: int, dram: int) -> None:
+    limits = pool_limits(hbm, dram, 0.95, 0.85)
+    sim = _chain_trace(PoolTiers(limits), hbm, by_chain=True)
+    general = _chain_trace(PoolTiers(limits), hbm, by_chain=False)
+    assert sim == general
+    assert sim[-1][2].evictions["pool_dram"] > 0 or hbm == 10**12
+
+
+def test_forked_chains_keep_every_child() -> None:
+    """Two chains share a parent: children() lists both, and dropping one keeps the other linked."""
+    pool = PoolTiers(pool_limits(10**9, 10**9, 0.95, 0.85))
+    pool.commit(pool.reserve_chain([1], 10, 10, "r", 0.0).txn, 0.0)
+    for tail in ([2, 3], [4], [5, 6]):
+        pool.commit(pool.reserve_chain(tail, 10, 10, "r", 0.0, parent_hash=1).txn, 0.0)
+    assert [b.block_hash for b in pool._chains.children(1)] == [2, 4, 5]
+    assert pool.remove([2, 4]) == (3, 2, 4)
+    assert [b.block_hash for b in pool._chains.children(1)] == [5]
+    assert not pool._chains.is_leaf(pool._chains.get(1))
+    assert pool.remove([5]) == (6, 5)
+    assert pool._chains.is_leaf(pool._chains.get(1))
