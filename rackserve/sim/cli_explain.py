@@ -31,6 +31,7 @@ def explain(
     duration: Annotated[float | None, typer.Option(help="override each workload's duration_s")] = None,
     measure_start: Annotated[float | None, typer.Option(help="override the trace workload's measure_start_s")] = None,
     jobs: Annotated[int, typer.Option(min=1, help="points simulated at once (local processes)")] = 1,
+    first: Annotated[str, typer.Option(help="comma-separated factors to walk first, e.g. 'routing policy'")] = "",
     out: Annotated[Path, typer.Option(help="folder for the steps' scenarios, explain.json and the waterfall")] = Path(
         "out/sim-explain"),
 ) -> None:
@@ -40,7 +41,10 @@ def explain(
 
     for path in (a, b):
         load_with_overrides(path, None, None, None)
-    steps = walk(read_scenario_dict(a), read_scenario_dict(b))
+    try:
+        steps = walk(read_scenario_dict(a), read_scenario_dict(b), [f.strip() for f in first.split(",") if f.strip()])
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--first") from None
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for i, step in enumerate(steps):

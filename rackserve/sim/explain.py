@@ -48,12 +48,23 @@ def read_scenario_dict(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def walk(a: dict[str, Any], b: dict[str, Any]) -> list[Step]:
-    """A's scenario, then one step per factor that differs, ending at B's (up to unchanged keys)."""
+def ordered_factors(first: list[str] | None = None) -> tuple[tuple[str, str, tuple[str, ...] | None], ...]:
+    """FACTORS with the named ones moved to the front, in the order given; ValueError on an unknown name."""
+    names = [f for f, _, _ in FACTORS]
+    for name in first or []:
+        if name not in names:
+            raise ValueError(f"order: unknown factor {name!r}; known: {', '.join(names)}")
+    head = [next(f for f in FACTORS if f[0] == name) for name in first or []]
+    return (*head, *(f for f in FACTORS if f not in head))
+
+
+def walk(a: dict[str, Any], b: dict[str, Any], first: list[str] | None = None) -> list[Step]:
+    """A's scenario, then one step per factor that differs, ending at B's (up to unchanged keys);
+    `first` names factors to walk before the others (a factor's share depends on the order)."""
     cur = copy.deepcopy(a)
     cur["name"] = "A"
     steps = [Step("A", str(a.get("name", "A")), copy.deepcopy(cur))]
-    for factor, key, inner in FACTORS:
+    for factor, key, inner in ordered_factors(first):
         before, after = _get(cur, key, inner), _get(b, key, inner)
         if _or_default(before, key, inner) == _or_default(after, key, inner):
             continue

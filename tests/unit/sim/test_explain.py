@@ -48,3 +48,14 @@ def test_the_plain_gb300_scenario_walks_every_mechanism_to_nvl72_vr200():
     assert [s.factor for s in steps] == ["A", "hardware", "optimizations", "pool tiers", "engram placement",
                                          "routing policy"]
     assert steps[-1].scenario["timing"] == read_scenario_dict(root / "nvl72-vr200.yaml")["timing"]
+
+
+def test_first_moves_factors_to_the_front_and_an_unknown_one_is_named():
+    import pytest
+
+    steps = walk(A, B, ["routing policy", "pool tiers"])
+    assert [s.factor for s in steps] == ["A", "routing policy", "pool tiers", "hardware", "optimizations", "layouts"]
+    assert steps[1].scenario["routing"] == B["routing"] and steps[1].scenario["timing"] == A["timing"]
+    assert steps[-1].scenario["timing"] == B["timing"]
+    with pytest.raises(ValueError, match="unknown factor 'routing'"):
+        walk(A, B, ["routing"])
