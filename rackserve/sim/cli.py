@@ -40,7 +40,8 @@ def progress_bar(bar: Progress, name: str):
 @run_app.command()
 def simulate(
     scenario: Annotated[Path, typer.Argument(help="scenario YAML (scenarios/*.yaml)")],
-    policy: Annotated[str, typer.Option(help="comma-separated routing policies, run side by side")] = "least-uncached-work",
+    policy: Annotated[str | None, typer.Option(
+        help="comma-separated routing policies, run side by side (default: the scenario's routing.policy)")] = None,
     trace: Annotated[Path | None, typer.Option(help="replace the workload: Mooncake or AgentX conversation JSONL (.gz too)")] = None,
     out: Annotated[Path, typer.Option(help="folder for JSON and plots")] = Path("out/sim"),
     concurrency: Annotated[int | None, typer.Option(help="override the closed-loop concurrency")] = None,
@@ -48,7 +49,7 @@ def simulate(
 ) -> None:
     """Simulate SCENARIO once per policy on the same arrivals; print a summary, write JSON + plots."""
     sc = load_with_overrides(scenario, trace, concurrency, duration)
-    policies = csv_list(policy)
+    policies = csv_list(policy) if policy else [sc.config.routing.policy]
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as bar:
         try:

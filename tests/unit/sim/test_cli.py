@@ -27,6 +27,16 @@ def test_sim_runs_policies_side_by_side_and_writes_json_and_plots(tmp_path):
     assert (tmp_path / "out" / "tiny-throughput-vs-speed.png").stat().st_size > 1000
 
 
+def test_sim_without_policy_runs_the_scenarios_routing_policy(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SCENARIO + "routing: {policy: round-robin}\n")
+    res = CliRunner().invoke(app, ["sim", str(path), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "out" / "tiny.json").read_text())
+    assert data["policies"] == ["round-robin"]
+    assert [r["policy"] for r in data["results"]] == ["round-robin"]
+
+
 def test_sim_bad_scenario_names_the_field(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(SCENARIO.replace("requests: 6", "requests: zero"))
