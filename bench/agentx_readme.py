@@ -134,11 +134,17 @@ def peak_table(rows: Sequence[dict]) -> list[str]:
     return lines
 
 
+def tokens_per_request(run: dict) -> float:
+    """Mean (input + output) tokens of a measured request."""
+    return run["throughput_per_gpu"] * run["gpus"] * run["span_s"] / max(run["completed"], 1)
+
+
 def window_table(short: Sequence[dict], long: Sequence[dict]) -> list[str]:
     """Each long-window point beside the same point of the sweep (same scenario, policy, lanes)."""
     index = {(r["scenario"], r["policy"], r["concurrency"]): r for r in short}
-    lines = ["| scenario | policy | lanes | window (s) | tok/s/GPU | 900/60 | tok/s/user P50 | TTFT P50 / P90 (s) | "
-             "hit rank / pool HBM / pool DRAM | prefill busy | requests | code | CPU s |", "|" + "---|" * 13]
+    lines = ["| scenario | policy | lanes | window (s) | tok/s/GPU | 900/60 | output tok/s/GPU | tok/s/user P50 | "
+             "TTFT P50 / P90 (s) | hit rank / pool HBM / pool DRAM | pool HBM full | prefill busy | requests (per s, k tokens each) | "
+             "code | CPU s |", "|" + "---|" * 15]
     for r in sorted(long, key=lambda r: (r["scenario"], r["policy"])):
         s = index.get((r["scenario"], r["policy"], r["concurrency"]))
         for w, ratio in ((s, ""), (r, _num(s and r["throughput_per_gpu"] / s["throughput_per_gpu"], "{:.3f}"))):
@@ -147,9 +153,10 @@ def window_table(short: Sequence[dict], long: Sequence[dict]) -> list[str]:
             h = w["hit_rate_by_tier"]
             lines.append(
                 f"| {w['scenario']} | {w['policy']} | {w['concurrency']:,} | {w['window_s']:g} | "
-                f"{w['throughput_per_gpu']:,.0f} | {ratio} | {w['user_tps_p50']:.0f} | {w['ttft_p50_s']:.2f} / "
-                f"{w['ttft_p90_s']:.2f} | " + " / ".join(f"{h[t]:.1%}" for t in TIERS)
-                + f" | {w['prefill_util']:.0%} | {w['completed']:,} | {w['code']} | "
+                f"{w['throughput_per_gpu']:,.0f} | {ratio} | {w['output_tps_per_gpu']:,.0f} | {w['user_tps_p50']:.0f} | "
+                f"{w['ttft_p50_s']:.2f} / {w['ttft_p90_s']:.2f} | " + " / ".join(f"{h[t]:.1%}" for t in TIERS)
+                + f" | {w['pool_occupancy']['pool_hbm']:.0%} | {w['prefill_util']:.0%} | {w['completed']:,} "
+                  f"({w['completed'] / w['span_s']:,.0f}, {tokens_per_request(w) / 1e3:.1f}) | {w['code']} | "
                   f"{w.get('point_cpu_s', w['cpu_s']):,.0f} |")
     return lines
 
@@ -162,7 +169,9 @@ def section(payload: dict, produced: Sequence[str], notes: Sequence[str] = (), l
              "capacities derived from the specs (`rackserve/timing/capacity.py`). Throughput per GPU = "
              "(input + output tokens)/s / GPUs; interactivity = output tok/s per user (P50, decode only: "
              "1000 / TPOT ms, TTFT not included). Frontiers, peaks, the target columns and the ratios use each "
-             "curve's operating points (lanes up to its peak); the points past the peak are in the second table.",
+             "curve's operating points (lanes up to its peak); the points past the peak are in the second table. "
+             "`sweep.json` is `rackserve sim sweep`'s schema plus `past_peak` (runs past each curve's peak) and "
+             "`window_runs` (the long-window points); every run row carries `code`, `measure_start_s` and `window_s`.",
              "", *main_table(payload, runs), "",
              "Where each curve peaks and what saturates first (all points, 60 s windows):", "",
              *peak_table(payload["runs"])]
