@@ -21,7 +21,13 @@ OVERLAPPED = "dispatch_combine"
 def split_in_two(batch: StepBatch) -> tuple[StepBatch, StepBatch] | None:
     """Each rank's tokens cut at their midpoint, as vLLM's micro-batch split does (a sequence that
     straddles it is computed in two parts, the second after the first); None when nothing splits."""
-    halves = [_split_rank(rb) for rb in batch.ranks]
+    made: dict[int, tuple[RankBatch, RankBatch]] = {}  # ranks that share one batch share its halves
+    halves = []
+    for rb in batch.ranks:
+        h = made.get(id(rb))
+        if h is None:
+            h = made[id(rb)] = _split_rank(rb)
+        halves.append(h)
     a = tuple(h[0] for h in halves)
     b = tuple(h[1] for h in halves)
     if not any(rb.num_seqs for rb in b):

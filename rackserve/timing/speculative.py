@@ -72,13 +72,13 @@ def draft_model(model: ModelSpec) -> ModelSpec:
 def verify_batch(batch: StepBatch, verify_tokens: int) -> StepBatch:
     """The step's batch with every decoding sequence computing `verify_tokens` positions (the
     scheduler's one-token-per-sequence form widened to the verify block; cached tokens unchanged)."""
-    ranks = tuple(
-        RankBatch(
-            np.full_like(rb.new_tokens, verify_tokens),
-            rb.cached_tokens,
-            rb.pool_hbm_tokens,
-            rb.pool_dram_tokens,
-        )
-        for rb in batch.ranks
-    )
-    return StepBatch(ranks, batch.expert_tokens)
+    made: dict[int, RankBatch] = {}  # ranks that share one batch (a memo's representative) share its widening
+    for rb in batch.ranks:
+        if id(rb) not in made:
+            made[id(rb)] = RankBatch(
+                np.full_like(rb.new_tokens, verify_tokens),
+                rb.cached_tokens,
+                rb.pool_hbm_tokens,
+                rb.pool_dram_tokens,
+            )
+    return StepBatch(tuple(made[id(rb)] for rb in batch.ranks), batch.expert_tokens)
