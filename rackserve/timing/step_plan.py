@@ -225,13 +225,14 @@ def fast_step_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transf
         cost = _decode_step(ctx, plan, batch, kv_transfer)
         if cost is not None:
             return cost
-    news = [rb.new_tokens for rb in ranks]
-    counts = np.fromiter(map(len, news), np.int64, len(ranks))
+    distinct, spread = _distinct(ranks)
+    news = [rb.new_tokens for rb in distinct]
+    counts = np.fromiter(map(len, news), np.int64, len(distinct))
     new = np.concatenate(news) if len(news) > 1 else news[0]
     cached = (
-        np.concatenate([rb.cached_tokens for rb in ranks])
+        np.concatenate([rb.cached_tokens for rb in distinct])
         if len(news) > 1
-        else ranks[0].cached_tokens
+        else distinct[0].cached_tokens
     )
     starts = np.cumsum(counts) - counts
     nonempty = counts > 0
@@ -242,6 +243,8 @@ def fast_step_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transf
     for gp in plan.groups:
         q = q_full if gp.tail == 0 else np.minimum(q_full, gp.tail)
         f = _general_features(gp, q, end, starts, nonempty)
+        if spread is not None:  # back to one column per rank (a rank's sums are its own)
+            f = f[:, spread]
         kv, tc, tm = _kv_times(gp, f[:-2], gp.general_map, f[-1])
         groups.append(_Group(gp, kv, tc, tm, f[-2], f[-1]))
     tokens_full = groups[0].tokens
@@ -256,6 +259,18 @@ def fast_step_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transf
     if any(map(_HBM, ranks)) or any(map(_DRAM, ranks)):
         transfer = _pool_transfer(ranks, kv_transfer)
     return _assemble(groups, bundles, transfer, lay)
+
+
+def _distinct(ranks) -> tuple[list, np.ndarray | None]:
+    """The distinct RankBatch objects of a step (a memo's representative shares one batch among
+    the ranks of one count) and each rank's index into them; None when every rank is its own."""
+    first: dict[int, int] = {}
+    for rb in ranks:
+        first.setdefault(id(rb), len(first))
+    if len(first) == len(ranks):
+        return list(ranks), None
+    distinct = list({id(rb): rb for rb in ranks}.values())
+    return distinct, np.fromiter((first[id(rb)] for rb in ranks), np.intp, len(ranks))
 
 
 def _grow_ones(n: int) -> None:

@@ -94,3 +94,36 @@ def test_layouts_equal_but_distinct_share_a_plan_and_unknown_phase_fails(vr200):
     assert a == b
     with pytest.raises(ValueError, match="phase"):
         vr200.step_time("verify", make_layout("wide-ep", 8), batch)
+
+
+def test_ranks_sharing_one_batch_cost_what_copies_cost(vr200):
+    """A step whose ranks share RankBatch objects (the step memo's representatives) is priced on its
+    distinct batches once (features, verify widening, overlap halves) and must equal, bit for bit,
+    the same step with a copy per rank; a fresh model prices each so nothing is served from a memo."""
+    lay = vr200.layout("wide-ep", ranks=8)
+    big = RankBatch(np.full(40, 2, dtype=np.int64), np.arange(1000, 81000, 2000, dtype=np.int64))
+    small = RankBatch(np.ones(7, dtype=np.int64), np.full(7, 50_000, dtype=np.int64))
+    idle = RankBatch.of([])
+    shared = StepBatch((big, small, small, big, idle, small, big, small))
+
+    def copies(b: StepBatch) -> StepBatch:
+        return StepBatch(tuple(RankBatch(rb.new_tokens.copy(), rb.cached_tokens.copy()) for rb in b.ranks))
+
+    ones = {id(rb): RankBatch(np.ones_like(rb.new_tokens), rb.cached_tokens) for rb in shared.ranks}
+    one = StepBatch(tuple(ones[id(rb)] for rb in shared.ranks))
+    for phase, batch, price in (("decode", shared, "step_time"), ("decode", one, "decode_token_time")):
+        a = TimingModel.create("vr200", "deepseek-v4.1-flash", "rubin-optimized")
+        b = TimingModel.create("vr200", "deepseek-v4.1-flash", "rubin-optimized")
+        if price == "step_time":
+            x, y = a.step_time(phase, lay, batch), b.step_time(phase, lay, copies(batch))
+        else:
+            x, y = a.decode_token_time(lay, batch), b.decode_token_time(lay, copies(batch))
+        assert x == y, price
+        assert len(set(x.rank_busy_s)) == 3  # big, small and idle ranks kept apart
+    # the halves and the verify widening keep the sharing (what makes the distinct pricing pay)
+    from rackserve.timing.overlap import split_in_two
+    from rackserve.timing.speculative import verify_batch
+    wide = verify_batch(one, 2)
+    assert wide.ranks[1] is wide.ranks[2] and wide.ranks[0] is wide.ranks[3]
+    h1, h2 = split_in_two(shared)
+    assert h1.ranks[0] is h1.ranks[3] and h2.ranks[1] is h2.ranks[5]
