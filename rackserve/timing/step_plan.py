@@ -225,6 +225,9 @@ def fast_step_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transf
         cost = _decode_step(ctx, plan, batch, kv_transfer)
         if cost is not None:
             return cost
+    if plan.phase == "prefill":
+        groups = [_prefill_group(plan, gi, gp, ranks) for gi, gp in enumerate(plan.groups)]
+        return _finish(ctx, plan, batch, groups, kv_transfer)
     distinct, spread = _distinct(ranks)
     news = [rb.new_tokens for rb in distinct]
     counts = np.fromiter(map(len, news), np.int64, len(distinct))
@@ -247,6 +250,43 @@ def fast_step_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transf
             f = f[:, spread]
         kv, tc, tm = _kv_times(gp, f[:-2], gp.general_map, f[-1])
         groups.append(_Group(gp, kv, tc, tm, f[-2], f[-1]))
+    return _finish(ctx, plan, batch, groups, kv_transfer)
+
+
+def _prefill_group(plan: StepPlan, gi: int, gp: GroupPlan, ranks) -> _Group:
+    """A prefill step's layer group from its ranks' feature sums, each rank's memoized on its own
+    batch: a prefill rank holds a few sequences and its signatures repeat, while the pair of two
+    DEP2 ranks' signatures that keys the step memo mostly does not."""
+    cols = []
+    for rb in ranks:
+        key = (gi, rb.new_tokens.tobytes(), rb.cached_tokens.tobytes())
+        col = plan.memo.get(key)
+        if col is None:
+            col = _rank_features(gp, rb)
+            if len(plan.memo) > MEMO_LIMIT:
+                plan.memo.clear()
+            plan.memo[key] = col
+        cols.append(col)
+    f = np.column_stack(cols)
+    kv, tc, tm = _kv_times(gp, f[:-2], gp.general_map, f[-1])
+    return _Group(gp, kv, tc, tm, f[-2], f[-1])
+
+
+def _rank_features(gp: GroupPlan, rb) -> np.ndarray:
+    """_general_features of one rank: its column [F_g + 2]."""
+    q = rb.new_tokens.astype(np.float64)
+    end = (rb.cached_tokens + rb.new_tokens).astype(np.float64)
+    if gp.tail:
+        q = np.minimum(q, gp.tail)
+    return _general_features(gp, q, end, _START, np.array([q.size > 0]))[:, 0]
+
+
+_START = np.zeros(1, dtype=np.intp)
+
+
+def _finish(ctx: CostContext, plan: StepPlan, batch: StepBatch, groups: list, kv_transfer) -> StepCost:
+    """The token-count bundles of a general step's layer groups, its pool transfers, and the cost."""
+    lay, ranks = plan.layout, batch.ranks
     tokens_full = groups[0].tokens
     lg = ctx.groups[plan.phase]
     bundles = [

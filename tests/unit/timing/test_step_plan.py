@@ -127,3 +127,19 @@ def test_ranks_sharing_one_batch_cost_what_copies_cost(vr200):
     assert wide.ranks[1] is wide.ranks[2] and wide.ranks[0] is wide.ranks[3]
     h1, h2 = split_in_two(shared)
     assert h1.ranks[0] is h1.ranks[3] and h2.ranks[1] is h2.ranks[5]
+
+
+def test_prefill_ranks_memoized_alone_price_pairs_as_fresh(vr200):
+    """Prefill ranks' feature sums are memoized rank by rank; a pair whose ranks were each seen in
+    other pairs (and in the overlap's halves) costs what a model that never saw them says."""
+    dep2 = vr200.layout("dep2")
+    a = RankBatch.of([8192], [40_000])
+    b = RankBatch.of([4096, 4096], [0, 90_000])
+    c = RankBatch.of([1000, 7192], [5_000, 0], pool_hbm_tokens=3_000)
+    for x, y in ((a, b), (b, c), (c, a)):
+        vr200.step_time("prefill", dep2, StepBatch((x, y)))
+    for pair in ((b, a), (a, c), (c, b), (a, a)):
+        fresh = TimingModel.create("vr200", "deepseek-v4.1-flash", "rubin-optimized")
+        assert vr200.step_time("prefill", dep2, StepBatch(pair)) == fresh.step_time("prefill", dep2, StepBatch(pair))
+        _assert_same(vr200.step_time("prefill", dep2, StepBatch(pair)),
+                     fresh.step_time_reference("prefill", dep2, StepBatch(pair)), pair)
