@@ -152,7 +152,7 @@ class PoolPut:
         self._pinned[parent] += 1  # its parent stays where it is until it commits (or is released)
         tier = self._allocate(charge, put.size, first)
         if tier is None:
-            self._pinned[parent] -= 1
+            self._unpin(parent)
             self.counters.alloc_failures += 1
             return "no_space", None
         block = StoredBlock(h, put.size, charge, owner, tier, parent)
@@ -221,8 +221,13 @@ class PoolPut:
             return None
         pinned, reserved, lru = self._pinned, self._reserved, chains._lru
         deque(map(pending_of.__delitem__, chain), maxlen=0)
-        for block in blocks:
-            pinned[block.parent_hash] -= 1
+        for block in blocks:  # unpin each parent (no entry kept at 0) and unbook its space
+            parent = block.parent_hash
+            left = pinned[parent] - 1
+            if left:
+                pinned[parent] = left
+            else:
+                del pinned[parent]
             reserved[block.tier] -= block.charge
         for block in reversed(blocks):  # PoolChains.add without its orphan check (checked above)
             lru[block.tier][block.block_hash] = block
@@ -287,7 +292,7 @@ class PoolPut:
     def _take_pending(self, block_hash: int) -> _Pending:
         pending = self._pending.pop(block_hash)
         parent = pending.block.parent_hash
-        self._pinned[parent] -= 1
+        self._unpin(parent)
         booked = self._txns.get(pending.txn)
         if booked is not None:
             booked.pop(block_hash, None)
@@ -296,6 +301,15 @@ class PoolPut:
             if waiting is not None:
                 waiting.discard(block_hash)
         return pending
+
+    def _unpin(self, parent: int | None) -> None:
+        """One reservation fewer waits on `parent` (its entry goes at 0: the Counter does not grow
+        with every block ever put)."""
+        left = self._pinned[parent] - 1
+        if left:
+            self._pinned[parent] = left
+        else:
+            del self._pinned[parent]
 
     def _kept(self, block_hash: int) -> bool:
         """Not evictable now: under a read lease, or the parent of a block being written."""

@@ -50,9 +50,15 @@ class PrefixIndex:
 
     Contract on events: a stored event's `parent_hash` names the parent of its first block (None
     only when that block starts a chain); the other blocks follow one another in the chain.
+
+    `closed_chains`: the publishers promise that every holder stays prefix-closed (the offline
+    simulator's rank caches and pool: stores after parents, evictions tails first), so lookups
+    always take the binary search and no orphan or parent bookkeeping is kept: a store or removal
+    is then a few C-level passes per event. Snapshots (`resync`) are refused in that mode.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, closed_chains: bool = False) -> None:
+        self._closed_chains = closed_chains
         self._bit_of: dict[HolderKey, int] = {}
         self._holders: list[HolderKey] = []
         self._contents: list[set[int]] = []
@@ -124,6 +130,8 @@ class PrefixIndex:
         parent_hashes (aligned with block_hashes) keep lookups on the fast path; blocks whose
         parent is neither given nor already known make lookups take the exact walk.
         """
+        if self._closed_chains:
+            raise ValueError("a closed_chains index takes no snapshots (their parents may be unknown)")
         if seq < 0:
             raise ValueError(f"seq must be >= 0, got {seq}")
         if parent_hashes is not None and len(parent_hashes) != len(block_hashes):
@@ -302,6 +310,9 @@ class PrefixIndex:
             if not blocks:
                 return
         content.update(blocks)
+        if self._closed_chains:
+            self._store_closed(bit, blocks, given, flag, closure is None)
+            return
         kept = list(map(self._parent.setdefault, blocks, given))  # the first-known parent stays
         if UNKNOWN_PARENT in kept:
             self._unknown.update(b for b, k in zip(blocks, kept, strict=True) if k == UNKNOWN_PARENT)
@@ -313,12 +324,23 @@ class PrefixIndex:
         table.update(zip(blocks, news, strict=True))
         self._orphans += closure.added_many(blocks, kept, content.__contains__)
 
+    def _store_closed(self, bit: int, blocks: list[int], parents: list[int | None], flag: int, pool: bool) -> None:
+        """`_store` of new blocks without orphan or parent bookkeeping (closed_chains)."""
+        if pool:
+            self._pool_add(blocks, parents, flag)
+            return
+        table = self._rank
+        table.update(zip(blocks, map(or_, map(table.get, blocks, repeat(0)), repeat(flag)), strict=True))
+
     def _remove(self, bit: int, hashes: Sequence[int]) -> None:
         content, flag, closure = self._contents[bit], 1 << bit, self._closures[bit]
         blocks = list(compress(hashes, map(content.__contains__, hashes)))
         if not blocks:
             return
         content.difference_update(blocks)
+        if self._closed_chains:
+            self._remove_closed(blocks, flag, closure is None)
+            return
         parents = list(map(self._parent.__getitem__, blocks))
         if closure is None:
             self._pool_remove(blocks, parents, flag)
@@ -333,6 +355,16 @@ class PrefixIndex:
         deque(map(parent_of.__delitem__, gone), maxlen=0)
         if self._unknown:
             self._unknown.difference_update(gone)
+
+    def _remove_closed(self, blocks: list[int], flag: int, pool: bool) -> None:
+        """`_remove` without orphan or parent bookkeeping (closed_chains)."""
+        if pool:
+            self._pool_remove(blocks, [], flag)
+            return
+        table = self._rank
+        lefts = list(map(and_, map(table.__getitem__, blocks), repeat(~flag)))
+        table.update(compress(zip(blocks, lefts, strict=True), lefts))
+        deque(map(table.__delitem__, compress(blocks, map(not_, lefts))), maxlen=0)
 
     def _learn_parents(self, hashes: Sequence[int], parents: Sequence[int | None]) -> None:
         """An event names the parent of blocks held with an unknown one (from a snapshot): every
@@ -357,30 +389,44 @@ class PrefixIndex:
         mask, hbm = self._pool_mask, self._pool_bits["pool_hbm"]
         olds = list(map(mask.get, blocks, repeat(0)))
         mask.update(zip(blocks, map(or_, olds, repeat(flag)), strict=True))
-        entering = list(map(not_, olds))  # blocks new to the pool as a whole
-        if any(entering):
-            self._orphans += self._pool_any.added_many(
-                list(compress(blocks, entering)),
-                list(compress(parents, entering)),
-                mask.__contains__,
-            )
-        if flag & hbm:
-            entering = list(map(not_, map(and_, olds, repeat(hbm))))
-            if any(entering):
-                self._orphans += self._pool_hbm.added_many(
-                    list(compress(blocks, entering)),
-                    list(compress(parents, entering)),
-                    self._in_pool_hbm,
-                )
+        if not self._closed_chains:
+            self._pool_closures_add(blocks, parents, olds, flag & hbm)
         if not flag & self._stale_bits:  # a trusted holder's tier joins each block's flags
             tier = _POOL_IN_HBM if flag & hbm else _POOL_IN_DRAM
             flags = self._pool
             joined = map(or_, map(flags.get, blocks, repeat(0)), repeat(tier))
             flags.update(zip(blocks, joined, strict=True))
 
+    def _pool_closures_add(self, blocks: list[int], parents: list[int | None], olds: list[int], to_hbm: int) -> None:
+        """The pool unions' closures after a holder's bit was set on `blocks` (`olds`: masks before)."""
+        entering = list(map(not_, olds))  # blocks new to the pool as a whole
+        if any(entering):
+            self._orphans += self._pool_any.added_many(
+                list(compress(blocks, entering)),
+                list(compress(parents, entering)),
+                self._pool_mask.__contains__,
+            )
+        if to_hbm:
+            entering = list(map(not_, map(and_, olds, repeat(self._pool_bits["pool_hbm"]))))
+            if any(entering):
+                self._orphans += self._pool_hbm.added_many(
+                    list(compress(blocks, entering)),
+                    list(compress(parents, entering)),
+                    self._in_pool_hbm,
+                )
+
     def _pool_remove(self, blocks: list[int], parents: list[int | None], flag: int) -> None:
         """Clear one pool holder's bit on `blocks`: unions' closures, tier flags."""
         mask, hbm = self._pool_mask, self._pool_bits["pool_hbm"]
+        if self._closed_chains:  # no closures: the bits and flags only
+            for h in blocks:
+                new = mask[h] & ~flag
+                if new:
+                    mask[h] = new
+                else:
+                    del mask[h]
+                self._refresh_pool(h)
+            return
         left_pool: tuple[list[int], list[int | None]] = ([], [])
         left_hbm: tuple[list[int], list[int | None]] = ([], [])
         for h, p in zip(blocks, parents, strict=True):

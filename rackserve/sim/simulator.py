@@ -13,6 +13,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from rackserve.routing.index import PrefixIndex
 from rackserve.routing.policy import PolicySettings, make_policy
 from rackserve.routing.router import Router
 from rackserve.routing.timing_cost import TimingCost
@@ -104,7 +105,9 @@ class Simulator(DecodeSide):
         self.prefill = self._build("prefill", cfg.deployment.prefill)
         self.decode = self._build("decode", cfg.deployment.decode)
         self.cost = router_cost(timing, scenario)  # the one price of queued work: the router's table
-        self.router = Router(make_policy(policy, PolicySettings(cost=self.cost, seed=cfg.routing.seed)))
+        # the simulator's caches and pool keep every chain prefix-closed: no orphan bookkeeping
+        self.router = Router(make_policy(policy, PolicySettings(cost=self.cost, seed=cfg.routing.seed)),
+                             PrefixIndex(closed_chains=True))
         sz = self.sizing
         block_bytes = int(sz.kv_bytes_per_token * self.target_block_tokens)
         pool = pool_limits(int(sz.pool_hbm.capacity_bytes), int(sz.pool_dram.capacity_bytes),

@@ -106,3 +106,17 @@ def test_forked_chains_keep_every_child() -> None:
     assert not pool._chains.is_leaf(pool._chains.get(1))
     assert pool.remove([5]) == (6, 5)
     assert pool._chains.is_leaf(pool._chains.get(1))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_pins_are_forgotten_once_no_put_waits(fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parent is pinned while a child of it is reserved; once every put has committed (or was
+    released), no pin is left, not even at 0 (a Counter of every block ever put grew without end)."""
+    if not fast:
+        monkeypatch.setattr(PoolTiers, "_reserve_chain", lambda self, *a: None)
+        monkeypatch.setattr(PoolTiers, "_commit_chain", lambda self, *a: None)
+    pool = PoolTiers(pool_limits(400_000, 1_200_000, 0.95, 0.85))
+    _trace(pool, seed=7, steps=300)  # leaves some reservations pending
+    for txn in list(pool._txns):
+        pool.commit(txn, 300.0)
+    assert pool._pinned == {} and not pool._pending

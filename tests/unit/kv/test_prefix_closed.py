@@ -5,10 +5,12 @@ first block). A tail goes before its parent."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rackserve.kv.block_cache import BlockCache
+from rackserve.kv.events import Publisher
 from rackserve.kv.pool_tiers import BlockPut, PoolLimits, PoolTiers
 from rackserve.routing.index import PrefixIndex
 from rackserve.sim.block_keys import BlockKeys
@@ -165,3 +167,44 @@ def test_simulator_kv_is_prefix_closed(ops, cache_blocks, pool_blocks) -> None:
             cache = kv.caches[key]
             assert_prefix_closed(lambda p, c=cache: c.match(chain(p)[-1:]) == 1, seen)
         assert_prefix_closed(lambda p: kv.pool.tier_of(chain(p)[-1]) is not None, seen)
+
+
+class _Tee(PrefixIndex):
+    """An index that also feeds every event to a `closed_chains` index (the simulator's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = PrefixIndex(closed_chains=True)
+
+    def apply(self, event) -> bool:
+        self.closed.apply(event)
+        return super().apply(event)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(sim_ops, st.integers(2, 6), st.integers(2, 6), st.integers(1, 2))
+def test_closed_chains_index_equals_the_general_one_on_simulator_kv(ops, cache_blocks, pool_blocks, group) -> None:
+    """The simulator's index skips orphan bookkeeping (closed_chains): on the simulator's own KV
+    events (rank evictions, pool demotions and drops) the general index stays prefix-closed, so
+    the promise holds, and both hold the same blocks and answer every match alike."""
+    ranks = [("prefill-0", 0), ("prefill-0", 1)]
+    limits = PoolLimits(pool_blocks * BLOCK, pool_blocks * BLOCK, 100 * BLOCK, 0.9, 0.5, 1e18)
+    index = _Tee()
+    kv = ClusterKV(dict.fromkeys(ranks, cache_blocks), limits, BLOCK_TOKENS, BLOCK, index)
+    seen: set[tuple[int, ...]] = set()
+    for t, (rank, path) in enumerate(ops):
+        seen.add(path)
+        keys = BlockKeys.of(chain(path), group)
+        hit, _ = kv.delivered_hit(ranks[rank], keys, len(path) * BLOCK_TOKENS + 1, float(t))
+        kv.store(ranks[rank], keys, hit.rank_hbm + hit.pool_hbm + hit.pool_dram, float(t))
+        assert index.prefix_closed and index.closed.prefix_closed
+        assert index.closed.snapshot() == index.snapshot()
+        for p in every_prefix(seen):
+            hashes = list(BlockKeys.of(chain(p), group).keys)
+            assert index.closed.match(hashes, BLOCK_TOKENS, len(p) * BLOCK_TOKENS) == index.match(
+                hashes, BLOCK_TOKENS, len(p) * BLOCK_TOKENS)
+
+
+def test_closed_chains_index_refuses_snapshots() -> None:
+    with pytest.raises(ValueError, match="closed_chains"):
+        PrefixIndex(closed_chains=True).resync(Publisher("prefill-0", 0), "rank_hbm", [1, 2], 3)
