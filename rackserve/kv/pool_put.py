@@ -11,7 +11,8 @@ import heapq
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import compress, repeat
+from operator import attrgetter, not_, sub
 
 from rackserve.kv.pool_chains import PoolChains, StoredBlock
 from rackserve.kv.pool_leases import Leases
@@ -20,6 +21,7 @@ from rackserve.kv.pool_messages import BlockPut, PoolCounters, PutStatus, Reserv
 from rackserve.kv.pool_outbox import PoolOutbox
 
 _TIER_INDEX = {t: i for i, t in enumerate(POOL_TIERS)}
+_CHARGE, _TXN = attrgetter("charge"), attrgetter("txn")
 
 
 @dataclass(slots=True)
@@ -210,7 +212,7 @@ class PoolPut:
         pending_of, chains = self._pending, self._chains
         chain = list(booked)
         items = list(map(pending_of.get, chain))
-        if None in items or any(p.txn != txn for p in items):
+        if None in items or not all(map(txn.__eq__, map(_TXN, items))):
             return None
         blocks = [p.block for p in items]
         parents = [b.parent_hash for b in blocks]
@@ -219,18 +221,18 @@ class PoolPut:
         first = parents[0]
         if first is not None and chains.tier_of(first) is None:
             return None
-        pinned, reserved, lru = self._pinned, self._reserved, chains._lru
         deque(map(pending_of.__delitem__, chain), maxlen=0)
-        for block in blocks:  # unpin each parent (no entry kept at 0) and unbook its space
-            parent = block.parent_hash
-            left = pinned[parent] - 1
-            if left:
-                pinned[parent] = left
-            else:
-                del pinned[parent]
-            reserved[block.tier] -= block.charge
-        for block in reversed(blocks):  # PoolChains.add without its orphan check (checked above)
-            lru[block.tier][block.block_hash] = block
+        self._unpin_all(parents)
+        tier = blocks[0].tier
+        if blocks[-1].tier == tier:  # one tier (tiers only slow down along a chain): runs in C
+            self._reserved[tier] -= sum(map(_CHARGE, blocks))
+            chains._lru[tier].update(zip(reversed(chain), reversed(blocks), strict=True))
+        else:
+            reserved, lru = self._reserved, chains._lru
+            for block in blocks:
+                reserved[block.tier] -= block.charge
+            for block in reversed(blocks):  # PoolChains.add without its orphan check (checked above)
+                lru[block.tier][block.block_hash] = block
         chains._all.update(zip(chain, blocks, strict=True))
         chains.link_chain(first, chain)  # each parent but the first is new: one child each
         self._emit_stored(blocks, chain)
@@ -245,6 +247,9 @@ class PoolPut:
 
     def _emit_stored(self, blocks: list[StoredBlock], chain: list[int]) -> None:
         """`stored` events of a committed chain: one run per stretch of blocks in one tier."""
+        if blocks[0].tier == blocks[-1].tier:  # one tier, one run
+            self._outbox.emit_run(blocks[0].tier, chain, blocks[0].parent_hash)
+            return
         start = 0
         for i in range(1, len(blocks) + 1):
             if i == len(blocks) or blocks[i].tier != blocks[start].tier:
@@ -301,6 +306,13 @@ class PoolPut:
             if waiting is not None:
                 waiting.discard(block_hash)
         return pending
+
+    def _unpin_all(self, parents: list[int | None]) -> None:
+        """`_unpin` of distinct parents, in C-level passes (a committed chain's)."""
+        pinned = self._pinned
+        left = list(map(sub, map(pinned.__getitem__, parents), repeat(1)))
+        dict.update(pinned, zip(parents, left, strict=True))
+        deque(map(pinned.__delitem__, compress(parents, map(not_, left))), maxlen=0)
 
     def _unpin(self, parent: int | None) -> None:
         """One reservation fewer waits on `parent` (its entry goes at 0: the Counter does not grow
