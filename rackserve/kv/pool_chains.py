@@ -72,9 +72,13 @@ class PoolChains:
     def is_leaf(self, block: StoredBlock, within: PoolTier | None = None) -> bool:
         """No stored child (in tier `within`, or in any tier when None)."""
         h = block.block_hash
-        if within is None or h not in self._child:
-            return h not in self._child
-        return all(self.tier_of(k) != within for k in self._kids(h))
+        one = self._child.get(h)
+        if within is None or one is None:
+            return one is None
+        if self.tier_of(one) == within:
+            return False
+        more = self._siblings.get(h)
+        return not more or all(self.tier_of(k) != within for k in more)
 
     def _link(self, parent: int, child: int) -> None:
         """Record `child` as a stored child of `parent`."""
