@@ -29,6 +29,7 @@ from rackserve.timing.batch import StepBatch, StepCost
 from services.grpc_limits import SERVER_OPTIONS
 from services.instance_loop import InstanceLoop, StepDone
 from services.rank_worker import RankWorker
+from services.step_memo import StepMemo
 from services.topology import InstanceSpec, instances
 
 JOIN_ATTEMPTS = 5
@@ -92,19 +93,22 @@ def spawn_instance(
 
 @dataclass(frozen=True)
 class Pricer:
-    """Prices one instance's lockstep steps with the cost model's layout for it."""
+    """Prices one instance's lockstep steps with the cost model's layout for it; through `memo`
+    (the simulator's step-cost memo, services/step_memo.py) when given, else exactly."""
 
     timing: TimingModel
     spec: InstanceSpec
     phase: str
+    memo: StepMemo | None = None
 
     def __call__(self, batch: StepBatch) -> StepCost:
         layout = self.timing.layout(
             self.spec.layout, self.spec.gpus if self.spec.layout == "wide-ep" else None
         )
+        priced = self.memo or self.timing
         if self.phase == "decode":  # per output token: MTP-aware (speculative step / accepted tokens)
-            return self.timing.decode_token_time(layout, batch)
-        return self.timing.step_time(self.phase, layout, batch)
+            return priced.decode_token_time(layout, batch)
+        return priced.step_time(self.phase, layout, batch)
 
 
 def serve_metrics(cfg: Config, port: int, host: str) -> ProcessMetrics:
@@ -160,11 +164,12 @@ def start_worker(role: str, args: argparse.Namespace) -> Worker:
 def make_loops(
     worker: Worker, phase: str, on_step: Callable[[StepDone], None]
 ) -> dict[str, InstanceLoop]:
+    memo = StepMemo(worker.timing)  # one per process: its instances share the memo
     return {
         name: InstanceLoop(
             spec,
             worker.actors[name],
-            Pricer(worker.timing, spec, phase),
+            Pricer(worker.timing, spec, phase, memo),
             worker.cfg.cluster.time_scale,
             worker.metrics,
             on_step,
