@@ -4,6 +4,8 @@ step the test completes by hand, so a wake can land exactly while a step is bein
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from types import SimpleNamespace
 
 from rackserve.metrics import ProcessMetrics
@@ -55,42 +57,49 @@ def make_loop(ranks: list[HeldRank], done: list[StepDone]) -> InstanceLoop:
     )
 
 
+@asynccontextmanager
+async def running_loop(n_ranks: int = 2) -> AsyncIterator[tuple[InstanceLoop, list[HeldRank], list[StepDone]]]:
+    """A running InstanceLoop over `n_ranks` rank doubles: (loop, ranks, the StepDones it
+    reported); the loop's task is cancelled on exit."""
+    ranks = [HeldRank() for _ in range(n_ranks)]
+    done: list[StepDone] = []
+    loop = make_loop(ranks, done)
+    task = asyncio.create_task(loop.run())
+    try:
+        yield loop, ranks, done
+    finally:
+        task.cancel()
+
+
 def test_a_wake_during_the_gather_keeps_the_rank_in_the_next_step() -> None:
     async def scenario() -> None:
-        rank0, rank1 = HeldRank(), HeldRank()
-        done: list[StepDone] = []
-        loop = make_loop([rank0, rank1], done)
-        task = asyncio.create_task(loop.run())
-        loop.wake(0)
-        await settle()
-        assert len(rank0.calls) == 1 and not rank1.calls  # only the rank with work is called
-        loop.wake(0)  # a new request reaches rank 0 while its step is in flight...
-        rank0.answer(finished("a"))  # ...and that step reports the rank idle (it saw no new work)
-        await settle()
-        assert [d.emitted[0].request_id for d in done] == ["a"]
-        assert len(rank0.calls) == 2, "rank 0 was dropped: its new request is stranded"
-        rank0.answer(finished("b"))
-        await settle()
-        assert [d.emitted[0].request_id for d in done] == ["a", "b"]
-        assert len(rank0.calls) == 2  # idle now, with no wake since: not called again
-        task.cancel()
+        async with running_loop() as (loop, (rank0, rank1), done):
+            loop.wake(0)
+            await settle()
+            assert len(rank0.calls) == 1 and not rank1.calls  # only the rank with work is called
+            loop.wake(0)  # a new request reaches rank 0 while its step is in flight...
+            rank0.answer(finished("a"))  # ...and that step reports the rank idle (it saw no new work)
+            await settle()
+            assert [d.emitted[0].request_id for d in done] == ["a"]
+            assert len(rank0.calls) == 2, "rank 0 was dropped: its new request is stranded"
+            rank0.answer(finished("b"))
+            await settle()
+            assert [d.emitted[0].request_id for d in done] == ["a", "b"]
+            assert len(rank0.calls) == 2  # idle now, with no wake since: not called again
 
     asyncio.run(scenario())
 
 
 def test_an_idle_step_without_a_wake_drops_the_rank() -> None:
     async def scenario() -> None:
-        rank0, rank1 = HeldRank(), HeldRank()
-        loop = make_loop([rank0, rank1], [])
-        task = asyncio.create_task(loop.run())
-        loop.wake(0)
-        loop.wake(1)
-        await settle()
-        rank0.answer(finished("a"))
-        rank1.answer(RankStep(RankBatch.of([1], [5]), (), busy=True))
-        await settle()
-        assert len(rank0.calls) == 1 and len(rank1.calls) == 2  # rank 0 idle, rank 1 still busy
-        task.cancel()
+        async with running_loop() as (loop, (rank0, rank1), done):
+            loop.wake(0)
+            loop.wake(1)
+            await settle()
+            rank0.answer(finished("a"))
+            rank1.answer(RankStep(RankBatch.of([1], [5]), (), busy=True))
+            await settle()
+            assert len(rank0.calls) == 1 and len(rank1.calls) == 2  # rank 0 idle, rank 1 still busy
 
     asyncio.run(scenario())
 
@@ -104,22 +113,18 @@ def admitting(request_id: str, busy: bool) -> RankStep:
 
 def test_a_submission_rides_on_the_step_call_and_is_answered_with_it() -> None:
     async def scenario() -> None:
-        rank0, rank1 = HeldRank(), HeldRank()
-        done: list[StepDone] = []
-        loop = make_loop([rank0, rank1], done)
-        task = asyncio.create_task(loop.run())
-        answer = loop.submit(0, Submission("prefill", "a", (1, 2, 3)))
-        await settle()
-        assert len(rank0.calls) == 1 and not rank1.calls  # one call: admission and step
-        assert [s.request_id for s in rank0.inboxes[0]] == ["a"]
-        assert not answer.done()
-        rank0.answer(admitting("a", busy=False))
-        await settle()
-        assert answer.result().admitted == Admitted(0, 0, 0)
-        assert [d.emitted[0].request_id for d in done] == ["a"]
-        loop.cancel(0, "a")  # sent: a cancel call follows it (the rank runs calls in order)
-        assert rank0.cancelled == ["a"]
-        task.cancel()
+        async with running_loop() as (loop, (rank0, rank1), done):
+            answer = loop.submit(0, Submission("prefill", "a", (1, 2, 3)))
+            await settle()
+            assert len(rank0.calls) == 1 and not rank1.calls  # one call: admission and step
+            assert [s.request_id for s in rank0.inboxes[0]] == ["a"]
+            assert not answer.done()
+            rank0.answer(admitting("a", busy=False))
+            await settle()
+            assert answer.result().admitted == Admitted(0, 0, 0)
+            assert [d.emitted[0].request_id for d in done] == ["a"]
+            loop.cancel(0, "a")  # sent: a cancel call follows it (the rank runs calls in order)
+            assert rank0.cancelled == ["a"]
 
     asyncio.run(scenario())
 
@@ -130,26 +135,22 @@ def test_a_silent_joining_rank_is_left_behind_and_its_late_answer_counts(monkeyp
     monkeypatch.setattr(instance_loop, "JOIN_GRACE_S", 0.05)
 
     async def scenario() -> None:
-        rank0, rank1 = HeldRank(), HeldRank()
-        done: list[StepDone] = []
-        loop = make_loop([rank0, rank1], done)
-        task = asyncio.create_task(loop.run())
-        hung = loop.submit(0, Submission("prefill", "a", (1,)))
-        await asyncio.sleep(0.2)  # rank 0 does not answer; nobody else needs a step yet
-        fine = loop.submit(1, Submission("prefill", "b", (2,)))
-        await asyncio.sleep(0.2)  # now rank 1 does: rank 0 is left behind
-        await settle()
-        assert len(rank1.calls) == 1, "rank 1 was not stepped: the hung rank stalls the instance"
-        assert len(rank0.calls) == 1  # not called again while its call is out
-        rank1.answer(admitting("b", busy=False))
-        await settle()
-        assert fine.result().request_id == "b" and not hung.done()
-        assert [d.emitted[0].request_id for d in done] == ["b"]
-        rank0.answer(admitting("a", busy=False))  # it wakes up: its answer is a step's again
-        await settle()
-        assert hung.result().request_id == "a"
-        assert [d.emitted[0].request_id for d in done] == ["b", "a"]
-        task.cancel()
+        async with running_loop() as (loop, (rank0, rank1), done):
+            hung = loop.submit(0, Submission("prefill", "a", (1,)))
+            await asyncio.sleep(0.2)  # rank 0 does not answer; nobody else needs a step yet
+            fine = loop.submit(1, Submission("prefill", "b", (2,)))
+            await asyncio.sleep(0.2)  # now rank 1 does: rank 0 is left behind
+            await settle()
+            assert len(rank1.calls) == 1, "rank 1 was not stepped: the hung rank stalls the instance"
+            assert len(rank0.calls) == 1  # not called again while its call is out
+            rank1.answer(admitting("b", busy=False))
+            await settle()
+            assert fine.result().request_id == "b" and not hung.done()
+            assert [d.emitted[0].request_id for d in done] == ["b"]
+            rank0.answer(admitting("a", busy=False))  # it wakes up: its answer is a step's again
+            await settle()
+            assert hung.result().request_id == "a"
+            assert [d.emitted[0].request_id for d in done] == ["b", "a"]
 
     asyncio.run(scenario())
 
@@ -158,65 +159,53 @@ def test_a_rank_in_lockstep_is_waited_for_however_long(monkeypatch) -> None:
     monkeypatch.setattr(instance_loop, "JOIN_GRACE_S", 0.01)
 
     async def scenario() -> None:
-        rank0 = HeldRank()
-        done: list[StepDone] = []
-        loop = make_loop([rank0, HeldRank()], done)
-        task = asyncio.create_task(loop.run())
-        loop.submit(0, Submission("prefill", "a", (1,)))
-        await settle()
-        rank0.answer(admitting("a", busy=True))  # still busy: it is in lockstep now
-        await settle()
-        assert len(rank0.calls) == 2
-        await asyncio.sleep(0.1)  # a slow step of a busy rank is waited for, not left behind
-        rank0.answer(finished("a"))
-        await settle()
-        assert len(done) == 2 and done[1].emitted[0].finish_reason == "length"
-        task.cancel()
+        async with running_loop() as (loop, (rank0, _), done):
+            loop.submit(0, Submission("prefill", "a", (1,)))
+            await settle()
+            rank0.answer(admitting("a", busy=True))  # still busy: it is in lockstep now
+            await settle()
+            assert len(rank0.calls) == 2
+            await asyncio.sleep(0.1)  # a slow step of a busy rank is waited for, not left behind
+            rank0.answer(finished("a"))
+            await settle()
+            assert len(done) == 2 and done[1].emitted[0].finish_reason == "length"
 
     asyncio.run(scenario())
 
 
 def test_a_failed_step_fails_the_submissions_it_carried_and_those_queued() -> None:
     async def scenario() -> None:
-        rank0 = HeldRank()
-        done: list[StepDone] = []
-        loop = make_loop([rank0, HeldRank()], done)
-        task = asyncio.create_task(loop.run())
-        loop.submit(0, Submission("prefill", "a", (1,)))
-        await settle()
-        rank0.answer(admitting("a", busy=True))  # in lockstep now
-        await settle()
-        carried = loop.submit(0, Submission("prefill", "b", (1,)))
-        await settle()
-        queued = loop.submit(0, Submission("prefill", "c", (1,)))
-        rank0.calls[-1].set_exception(RuntimeError("actor died"))
-        await settle()
-        for answer in (carried, queued):
-            assert isinstance(answer.exception(), RuntimeError)
-        assert done[-1].error and done[-1].rank == -1  # the whole instance fails
-        task.cancel()
+        async with running_loop() as (loop, (rank0, _), done):
+            loop.submit(0, Submission("prefill", "a", (1,)))
+            await settle()
+            rank0.answer(admitting("a", busy=True))  # in lockstep now
+            await settle()
+            carried = loop.submit(0, Submission("prefill", "b", (1,)))
+            await settle()
+            queued = loop.submit(0, Submission("prefill", "c", (1,)))
+            rank0.calls[-1].set_exception(RuntimeError("actor died"))
+            await settle()
+            for answer in (carried, queued):
+                assert isinstance(answer.exception(), RuntimeError)
+            assert done[-1].error and done[-1].rank == -1  # the whole instance fails
 
     asyncio.run(scenario())
 
 
 def test_a_joining_rank_that_fails_fails_only_its_own_requests() -> None:
     async def scenario() -> None:
-        rank0, rank1 = HeldRank(), HeldRank()
-        done: list[StepDone] = []
-        loop = make_loop([rank0, rank1], done)
-        task = asyncio.create_task(loop.run())
-        doomed = loop.submit(0, Submission("prefill", "a", (1,)))
-        fine = loop.submit(1, Submission("prefill", "b", (1,)))
-        await settle()
-        rank0.calls[-1].set_exception(RuntimeError("actor restarting"))  # idle before: joined
-        rank1.answer(admitting("b", busy=False))
-        await settle()
-        assert isinstance(doomed.exception(), RuntimeError)
-        assert fine.result().request_id == "b"
-        assert [(d.rank, d.error != "") for d in done] == [(0, True), (1, False)]
-        await settle()
-        assert len(rank0.calls) == 1  # a failed idle rank is not called again without work
-        task.cancel()
+        async with running_loop() as (loop, (rank0, rank1), done):
+            doomed = loop.submit(0, Submission("prefill", "a", (1,)))
+            fine = loop.submit(1, Submission("prefill", "b", (1,)))
+            await settle()
+            rank0.calls[-1].set_exception(RuntimeError("actor restarting"))  # idle before: joined
+            rank1.answer(admitting("b", busy=False))
+            await settle()
+            assert isinstance(doomed.exception(), RuntimeError)
+            assert fine.result().request_id == "b"
+            assert [(d.rank, d.error != "") for d in done] == [(0, True), (1, False)]
+            await settle()
+            assert len(rank0.calls) == 1  # a failed idle rank is not called again without work
 
     asyncio.run(scenario())
 
@@ -225,39 +214,32 @@ def test_a_rank_left_behind_that_fails_fails_only_its_own_requests(monkeypatch) 
     monkeypatch.setattr(instance_loop, "JOIN_GRACE_S", 0.05)
 
     async def scenario() -> None:
-        rank0, rank1 = HeldRank(), HeldRank()
-        done: list[StepDone] = []
-        loop = make_loop([rank0, rank1], done)
-        task = asyncio.create_task(loop.run())
-        doomed = loop.submit(0, Submission("prefill", "a", (1,)))
-        await asyncio.sleep(0.1)
-        loop.submit(1, Submission("prefill", "b", (2,)))
-        await asyncio.sleep(0.2)  # rank 0 left behind, rank 1 called
-        rank0.calls[0].set_exception(RuntimeError("actor died"))  # killed while left behind
-        rank1.answer(admitting("b", busy=False))
-        await settle()
-        assert isinstance(doomed.exception(), RuntimeError)
-        failed = [d for d in done if d.error]
-        assert [(d.rank, d.fails("prefill-dep2-0", 1)) for d in failed] == [(0, False)]
-        assert [d.emitted[0].request_id for d in done if not d.error] == ["b"]  # untouched
-        task.cancel()
+        async with running_loop() as (loop, (rank0, rank1), done):
+            doomed = loop.submit(0, Submission("prefill", "a", (1,)))
+            await asyncio.sleep(0.1)
+            loop.submit(1, Submission("prefill", "b", (2,)))
+            await asyncio.sleep(0.2)  # rank 0 left behind, rank 1 called
+            rank0.calls[0].set_exception(RuntimeError("actor died"))  # killed while left behind
+            rank1.answer(admitting("b", busy=False))
+            await settle()
+            assert isinstance(doomed.exception(), RuntimeError)
+            failed = [d for d in done if d.error]
+            assert [(d.rank, d.fails("prefill-dep2-0", 1)) for d in failed] == [(0, False)]
+            assert [d.emitted[0].request_id for d in done if not d.error] == ["b"]  # untouched
 
     asyncio.run(scenario())
 
 
 def test_a_cancel_of_a_queued_submission_drops_it_and_never_calls_a_rank() -> None:
     async def scenario() -> None:
-        rank0, rank1 = HeldRank(), HeldRank()
-        loop = make_loop([rank0, rank1], [])
-        task = asyncio.create_task(loop.run())
-        loop.submit(0, Submission("prefill", "a", (1,)))
-        await settle()  # rank 0's step call carries "a" and is still out
-        queued = loop.submit(0, Submission("prefill", "b", (1,)))
-        loop.cancel(0, "b")
-        assert queued.cancelled() and not rank0.cancelled  # dropped here, no call for it
-        rank0.answer(admitting("a", busy=False))
-        await settle()
-        assert all(not inbox for inbox in rank0.inboxes[1:])  # "b" never reaches the rank
-        task.cancel()
+        async with running_loop() as (loop, (rank0, rank1), done):
+            loop.submit(0, Submission("prefill", "a", (1,)))
+            await settle()  # rank 0's step call carries "a" and is still out
+            queued = loop.submit(0, Submission("prefill", "b", (1,)))
+            loop.cancel(0, "b")
+            assert queued.cancelled() and not rank0.cancelled  # dropped here, no call for it
+            rank0.answer(admitting("a", busy=False))
+            await settle()
+            assert all(not inbox for inbox in rank0.inboxes[1:])  # "b" never reaches the rank
 
     asyncio.run(scenario())
