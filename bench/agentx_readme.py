@@ -226,7 +226,8 @@ def main() -> None:
                    produced_by=[*args.command, *produced, *long_produced])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sweep.json").write_text(json.dumps(payload, indent=1, default=float) + "\n")
-    plot_frontiers(payload["curves"], args.out / "sweep-frontier.png", payload["target_tps_user"])
+    plot_frontiers(payload["curves"], args.out / "sweep-frontier.png", payload["target_tps_user"], long,
+                   "hollow: the peak point over the 900 s window")
     text = section(payload, [f"`{c}`" for c in args.command] + produced + long_produced, args.note, long)
     write_readme(args.readme, text)
     print(text)

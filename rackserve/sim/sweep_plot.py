@@ -12,7 +12,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def plot_frontiers(curve_rows: Sequence[dict], path: Path, targets: Sequence[float] = ()) -> None:
+def plot_frontiers(curve_rows: Sequence[dict], path: Path, targets: Sequence[float] = (),
+                   extra_runs: Sequence[dict] = (), extra_label: str = "") -> None:
+    """The frontiers; `extra_runs` (run rows, e.g. the same points over a longer window) are drawn as
+    hollow markers in their scenario's colour and policy's marker."""
     fig, ax = plt.subplots(figsize=(9, 5.5))
     scenarios = sorted({c["scenario"] for c in curve_rows})
     policies = sorted({c["policy"] for c in curve_rows})
@@ -28,6 +31,13 @@ def plot_frontiers(curve_rows: Sequence[dict], path: Path, targets: Sequence[flo
                 markersize=3, linestyle="--", color=color, alpha=0.5)
         pk = c["peak"]
         ax.scatter([pk["user_tps_p50"]], [pk["throughput_per_gpu"]], marker="*", s=160, color=color, zorder=5)
+    for r in extra_runs:
+        color = colors(scenarios.index(r["scenario"]) % 10) if r["scenario"] in scenarios else "black"
+        marker = "osD^v<>"[policies.index(r["policy"]) % 7] if r["policy"] in policies else "x"
+        ax.scatter([r["user_tps_p50"]], [r["throughput_per_gpu"]], marker=marker, s=70, facecolors="none",
+                   edgecolors=color, linewidths=1.5, zorder=6)
+    if extra_runs and extra_label:
+        ax.scatter([], [], marker="o", s=70, facecolors="none", edgecolors="black", label=extra_label)
     for t in targets:
         ax.axvline(t, color="grey", linestyle=":", linewidth=1)
         ax.annotate(f"{t:g} tok/s/user", (t, ax.get_ylim()[1]), fontsize=7, rotation=90, va="top", ha="right")
