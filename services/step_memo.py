@@ -35,28 +35,24 @@ class StepMemo:
         return self.cached.misses
 
     def decode_token_time(self, layout: object, batch: StepBatch) -> StepCost:
-        return _to_ranks(self.cached.decode_token_time(layout, batch), batch)
+        return self._to_ranks(self.cached.decode_token_time(layout, batch), batch)
 
     def step_time(self, phase: str, layout: object, batch: StepBatch) -> StepCost:
         cost = self.cached.step_time(phase, layout, batch)
-        return _to_ranks(cost, batch) if phase == "decode" else cost  # prefill: keyed rank by rank
+        return self._to_ranks(cost, batch) if phase == "decode" else cost  # prefill: keyed rank by rank
 
-
-def _to_ranks(cost: StepCost, batch: StepBatch) -> StepCost:
-    """A decode batch of single-token sequences is priced as a representative batch listing its
-    busiest rank first, then the others by falling sequence count: its busy times go back to the
-    batch's ranks in that order. Other decode batches (longer chunks) are keyed rank by rank and
-    come back in rank order already."""
-    if not _single_token_decode(batch) or len(cost.rank_busy_s) != len(batch.ranks):
-        return cost
-    counts = [rb.num_seqs for rb in batch.ranks]
-    order = sorted(range(len(counts)), key=lambda r: -counts[r])  # stable: ties keep rank order
-    if order == list(range(len(order))):
-        return cost
-    busy = [0.0] * len(order)
-    for pos, rank in enumerate(order):
-        busy[rank] = cost.rank_busy_s[pos]
-    return StepCost(cost.total_s, cost.breakdown, tuple(busy), cost.bound)
+    def _to_ranks(self, cost: StepCost, batch: StepBatch) -> StepCost:
+        """A decode batch of single-token sequences is priced as a representative batch listing
+        its busiest rank first, then the others by falling sequence count: its busy times go back
+        to the batch's ranks in that order (the memo's own remap, as for prefill steps). Other
+        decode batches (longer chunks) are keyed rank by rank and come back in rank order."""
+        if not _single_token_decode(batch) or len(cost.rank_busy_s) != len(batch.ranks):
+            return cost
+        counts = [rb.num_seqs for rb in batch.ranks]
+        order = sorted(range(len(counts)), key=lambda r: -counts[r])  # stable: ties keep rank order
+        if order == list(range(len(order))):
+            return cost
+        return self.cached._remap(cost, order)
 
 
 def _single_token_decode(batch: StepBatch) -> bool:
