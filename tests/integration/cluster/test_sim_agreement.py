@@ -72,6 +72,7 @@ PACED_TIME_SCALE = 20.0  # wall s per simulated s: a ~14 ms simulated TTFT lasts
 # Measured on the first run (2-core box): wall/20 minus simulated TTFT 1.1-1.8 ms a request (22-36
 # ms of wall overhead; the cold first one 5.4 ms = 108 ms), median 12.8 ms wall vs 11.2 ms sim (+14%).
 WALL_OVERHEAD_S = 0.3  # wall seconds a request may spend outside paced steps (3x the worst seen)
+WARM_UP = 2  # unmeasured first requests of the paced run (see warm_up_prompts)
 WALL_P50_REL_TOL = 0.3  # median wall TTFT vs simulated (2x the +14% seen: overhead grows with load)
 
 
@@ -208,6 +209,15 @@ def test_live_accounting_and_simulator_are_consistent(both_runs) -> None:
         assert b == pytest.approx(a, rel=TTFT_EACH_REL_TOL), (i, a, b)
 
 
+def warm_up_prompts() -> list[tuple[int, int, list[int]]]:
+    """WARM_UP requests of their own session and tokens (nothing shared with the scenario), sent
+    first on both sides and left out of the comparison: a fresh cluster's first request pays
+    one-time costs (first gRPC channel, first Ray call, lazy imports, empty step memo) that are not
+    per-request overhead. CI once saw 332 ms of it on the first request (issue 19's stop 24)."""
+    rng = np.random.default_rng(SEED + 1)
+    return [(SESSIONS + k, 0, rng.integers(16, VOCAB_SIZE, size=150).tolist()) for k in range(WARM_UP)]
+
+
 @pytest.fixture(scope="module")
 def paced_cluster():
     """The same deployment (scenarios/local.yaml) paced at PACED_TIME_SCALE wall s per simulated s,
@@ -230,11 +240,13 @@ def test_live_wall_clock_ttft_agrees_with_the_simulator(paced_cluster) -> None:
     (HTTP, gRPC, Ray calls, a loaded 2-core machine): at most WALL_OVERHEAD_S wall per request,
     and the median within WALL_P50_REL_TOL. A twin whose steps were not paced as the cost model
     says, or that lost time between its hops, fails here even when its accounting agrees."""
-    prompts = scenario_prompts()
-    live = run_live(paced_cluster.base_url, prompts)
+    warm = warm_up_prompts()
+    prompts = warm + scenario_prompts()
+    live = run_live(paced_cluster.base_url, prompts)[len(warm) :]
     cfg = live_config()
     requests = sim_requests(prompts, cfg["engine"]["block_size"])
-    sim = list(simulate(sim_scenario(cfg), requests).ttft_samples)
+    sim = list(simulate(sim_scenario(cfg), requests).ttft_samples)[len(warm) :]
+    assert len(sim) == len(live) == len(prompts) - len(warm)
     wall = [r["wall_ttft_s"] / PACED_TIME_SCALE for r in live]
     print("wall ttft ms", [round(x * 1e3, 3) for x in wall])
     print("sim  ttft ms", [round(x * 1e3, 3) for x in sim])
