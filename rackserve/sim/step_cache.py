@@ -5,8 +5,9 @@ step or leap, and the router one per distinct prefix hit. The memo keys a rank's
 new tokens, token-weighted mean context, pool tokens), each on a geometric grid of `rel` steps, and
 prices a representative batch of that signature once: equal sequences at the mean context, so an
 attention cost linear in context is kept exactly. bench/sim.py measures the error against the exact
-model on the same run. Decode ranks are summarized together (see `_decode_signature`), so the
-per-rank busy times of a decode step are those of the representative batch.
+model on the same run. Decode ranks are summarized together (see `_decode_signature`); a decode
+batch's per-rank busy times are those of the representative batch given back to the ranks by
+sequence count (`_to_ranks`: both clocks, the simulator's and the live workers' services/step_memo).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from rackserve.timing.batch import RankBatch, StepBatch, StepCost
 
 EXACT_BELOW = 16  # values this small are kept exact (sequence counts of small batches)
 MEMO_GRID = 1 << 17  # grid points remembered
-MEMO_REMAP = 4096
-TAIL_REL = 0.25  # grid of the context for the tail step's ratio (decode_tail_step_time_of)  # step costs remembered with their busy times mapped back to ranks
+MEMO_REMAP = 4096  # step costs remembered with their busy times mapped back to ranks
+TAIL_REL = 0.25  # grid of the context for the tail step's ratio (decode_tail_step_time_of)
 
 
 class GeometricGrid:
@@ -85,7 +86,7 @@ class CachedTiming:
             if cost is None:
                 self.misses += 1
                 cost = self._steps[key] = self.timing.step_time(phase, layout, _decode_representative(*key[2]))
-            return cost
+            return self._to_ranks(cost, batch)
         return self.step_time_of(phase, layout, [_totals(rb) for rb in batch.ranks])
 
     def step_time_of(self, phase: str, layout: Any, ranks: list[tuple[int, int, int, int, int]]) -> StepCost:
@@ -197,7 +198,17 @@ class CachedTiming:
         if cost is None:
             self.misses += 1
             cost = self._steps[key] = self.timing.decode_token_time(layout, _decode_representative(*key[2]))
-        return cost
+        return self._to_ranks(cost, batch)
+
+    def _to_ranks(self, cost: StepCost, batch: StepBatch) -> StepCost:
+        """A single-token decode batch is priced as its representative (busiest rank first, then
+        the others by falling sequence count, _decode_representative): its busy times go back to
+        the batch's ranks in that order (ties keep rank order), so each rank gets its own."""
+        counts = [rb.num_seqs for rb in batch.ranks]
+        if len(cost.rank_busy_s) != len(counts) or all(a >= b for a, b in zip(counts[:-1], counts[1:], strict=True)):
+            return cost
+        order = sorted(range(len(counts)), key=lambda r: -counts[r])  # stable
+        return self._remap(cost, order)
 
     def _decode_signature(self, batch: StepBatch) -> tuple[int, int, int, int, int]:
         """Decode ranks are interchangeable in lockstep: (ranks, active ranks, sequences in all,

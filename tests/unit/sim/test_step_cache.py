@@ -79,3 +79,22 @@ def test_the_tail_step_is_keyed_on_the_instance_and_stays_near_the_exact_batch()
     # large share of a tiny batch's tokens (2 ranks, 1 sequence each, 4k context: 14%)
     assert errors[len(errors) // 2] < 0.03 and errors[-1] < 0.15
 
+
+
+@pytest.mark.parametrize("method", ("decode_token_time", "step_time"))
+def test_a_decode_batch_not_in_busiest_first_order_gives_each_rank_its_own_busy_time(method):
+    """The memo prices a single-token decode batch as its representative (busiest rank first); the
+    busy times must come back to the ranks that had the work, on the simulator's clock as on the
+    live one (services/step_memo): rank 1 holds the busiest batch here, rank 2 none."""
+    from rackserve.timing import TimingModel
+
+    tm = TimingModel.create("vr200", optimizations="rubin-optimized")
+    memo = CachedTiming(tm, rel=0.05)
+    lay = tm.layout("wide-ep", ranks=4)
+    counts = (1, 64, 0, 1)  # the representative's own shape: its per-rank times are the batch's
+    batch = StepBatch(tuple(RankBatch.of([1] * n, [60_000] * n) for n in counts))
+    args = (lay, batch) if method == "decode_token_time" else ("decode", lay, batch)
+    exact = getattr(tm, method)(*args).rank_busy_s
+    got = getattr(memo, method)(*args).rank_busy_s
+    assert exact[1] > exact[0] * 1.08 and exact[2] < exact[0] * 0.85  # the ranks' own times differ
+    assert got == pytest.approx(exact, rel=0.01)  # the memo's grid (under 0.4% here)
