@@ -79,7 +79,7 @@ class CachedTiming:
     def step_time(self, phase: str, layout: Any, batch: StepBatch) -> StepCost:
         # single-token decode ranks are keyed as a whole; a rank with longer chunks (a recompute)
         # by its own tokens, as prefill ranks are
-        if phase == "decode" and all(bool((rb.new_tokens == 1).all()) for rb in batch.ranks):
+        if phase == "decode" and batch.single_token:
             self.calls += 1
             key = (phase, getattr(layout, "key", layout), self._decode_signature(batch))
             cost = self._steps.get(key)
@@ -190,7 +190,7 @@ class CachedTiming:
     def decode_token_time(self, layout: Any, batch: StepBatch) -> StepCost:
         """timing.decode_token_time (per output token, MTP-aware), memoized by the decode signature;
         a batch with longer chunks (a recompute) is the decode step it is, as timing's own rule."""
-        if not all(bool((rb.new_tokens == 1).all()) for rb in batch.ranks):
+        if not batch.single_token:
             return self.step_time("decode", layout, batch)
         self.calls += 1
         key = ("decode-token", getattr(layout, "key", layout), self._decode_signature(batch))

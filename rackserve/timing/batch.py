@@ -55,6 +55,12 @@ class StepBatch:
     ranks: tuple[RankBatch, ...]
     expert_tokens: np.ndarray | None = None
 
+    @property
+    def single_token(self) -> bool:
+        """Every sequence of every rank computes one token (a plain decode step). Ranks that share
+        one RankBatch (a step memo's representative) are checked once."""
+        return all(bool((rb.new_tokens == 1).all()) for rb in {id(rb): rb for rb in self.ranks}.values())
+
 
 @dataclass(frozen=True)
 class StepCost:

@@ -20,7 +20,19 @@ OVERLAPPED = "dispatch_combine"
 
 def split_in_two(batch: StepBatch) -> tuple[StepBatch, StepBatch] | None:
     """Each rank's tokens cut at their midpoint, as vLLM's micro-batch split does (a sequence that
-    straddles it is computed in two parts, the second after the first); None when nothing splits."""
+    straddles it is computed in two parts, the second after the first); None when nothing splits.
+    The last batch's halves are kept: an MTP step splits one verify batch for the verify pass and
+    again for the draft pass (the entry holds the batch, so its identity is never reused)."""
+    global _LAST
+    last = _LAST  # one read: another thread may replace it
+    if last[0] is batch:
+        return last[1]
+    halves = _split(batch)
+    _LAST = (batch, halves)
+    return halves
+
+
+def _split(batch: StepBatch) -> tuple[StepBatch, StepBatch] | None:
     made: dict[int, tuple[RankBatch, RankBatch]] = {}  # ranks that share one batch share its halves
     halves = []
     for rb in batch.ranks:
@@ -37,6 +49,7 @@ def split_in_two(batch: StepBatch) -> tuple[StepBatch, StepBatch] | None:
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_LAST: tuple = (None, None)  # (batch, its halves)
 
 
 def _split_rank(rb: RankBatch) -> tuple[RankBatch, RankBatch]:

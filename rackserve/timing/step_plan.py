@@ -304,13 +304,12 @@ def _finish(ctx: CostContext, plan: StepPlan, batch: StepBatch, groups: list, kv
 def _distinct(ranks) -> tuple[list, np.ndarray | None]:
     """The distinct RankBatch objects of a step (a memo's representative shares one batch among
     the ranks of one count) and each rank's index into them; None when every rank is its own."""
-    first: dict[int, int] = {}
-    for rb in ranks:
-        first.setdefault(id(rb), len(first))
-    if len(first) == len(ranks):
+    ids = list(map(id, ranks))
+    by_id = dict(zip(ids, ranks, strict=True))  # first appearance order, as the ranks list them
+    if len(by_id) == len(ranks):
         return list(ranks), None
-    distinct = list({id(rb): rb for rb in ranks}.values())
-    return distinct, np.fromiter((first[id(rb)] for rb in ranks), np.intp, len(ranks))
+    index = dict(zip(by_id, range(len(by_id)), strict=True))
+    return list(by_id.values()), np.fromiter(map(index.__getitem__, ids), np.intp, len(ids))
 
 
 def _grow_ones(n: int) -> None:
@@ -338,6 +337,8 @@ def _decode_step(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer
     lens = list(map(len, news))
     n = sum(lens)
     if n == 0:
+        return None
+    if len(ranks) > 1 and not batch.single_token:  # checked once per distinct rank batch
         return None
     if len(ranks) > 1:
         both = np.concatenate(news + list(map(_CACHED, ranks)))

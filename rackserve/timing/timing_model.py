@@ -191,9 +191,7 @@ class TimingModel:
         step over the widened verify batch divided by its expected accepted tokens (every component
         scaled), so TPOT and KV growth follow accepted tokens in expectation. A batch with longer
         chunks (recompute after preemption) or MTP off: step_time("decode")."""
-        if self.speculation is None or not all(
-            bool((rb.new_tokens == 1).all()) for rb in batch.ranks
-        ):
+        if self.speculation is None or not batch.single_token:
             return self.step_time("decode", layout, batch)
         spec = self.speculative_step_time(
             layout, verify_batch(batch, self.speculation.verify_tokens)
