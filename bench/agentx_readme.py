@@ -196,6 +196,14 @@ def section(payload: dict, produced: Sequence[str], notes: Sequence[str] = (), l
     return "\n".join(lines)
 
 
+def read_notes(path: Path | None) -> list[str]:
+    """The caveat lines of a notes file: one per line, blank and '#' lines skipped."""
+    if path is None:
+        return []
+    lines = (ln.strip() for ln in path.read_text().splitlines())
+    return [ln.removeprefix("- ") for ln in lines if ln and not ln.startswith("#")]
+
+
 def write_readme(readme: Path, text: str) -> None:
     old = readme.read_text()
     if BEGIN in old and END in old:
@@ -214,6 +222,8 @@ def main() -> None:
     ap.add_argument("--command", action="append", default=[], help="a command to list under 'Produced by'")
     ap.add_argument("--target-tps-user", default="", help="comma-separated targets (default: the sweeps')")
     ap.add_argument("--note", action="append", default=[], help="a caveat line for the section")
+    ap.add_argument("--notes-file", type=Path, default=None,
+                    help="caveat lines, one per line (blank lines and '#' lines skipped), after the --note ones")
     ap.add_argument("--base", default=None, help="scenario the ratios are relative to (default: the first)")
     args = ap.parse_args()
     rows, produced = load_runs(args.sweeps)
@@ -228,7 +238,8 @@ def main() -> None:
     (args.out / "sweep.json").write_text(json.dumps(payload, indent=1, default=float) + "\n")
     plot_frontiers(payload["curves"], args.out / "sweep-frontier.png", payload["target_tps_user"], long,
                    "hollow: the peak point over the 900 s window")
-    text = section(payload, [f"`{c}`" for c in args.command] + produced + long_produced, args.note, long)
+    notes = [*args.note, *read_notes(args.notes_file)]
+    text = section(payload, [f"`{c}`" for c in args.command] + produced + long_produced, notes, long)
     write_readme(args.readme, text)
     print(text)
 
