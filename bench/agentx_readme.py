@@ -8,7 +8,8 @@ Merges the sweep files (their runs; each run keeps the code commit and the measu
 with), recomputes the frontiers, peaks, throughput at the targets and the ratios
 (rackserve.sim.cli_sweep.sweep_payload) over each curve's operating points (lanes up to its peak: past
 the peak throughput falls and the queue moves into TTFT, which tok/s/user does not see), writes
-sweep.json + sweep-frontier.png into --out, and replaces the README section between its markers with
+sweep.json, sweep-frontier.png and sweep-lanes.png (every point by lanes) into --out, and replaces
+the README section between its markers with
 tables generated from that JSON. --window files hold the same points run with another window (the
 scenarios' own 900 s); they are compared with their 60 s points, never merged into the curves.
 """
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rackserve.sim.cli_sweep import sweep_payload
-from rackserve.sim.sweep_plot import plot_frontiers
+from rackserve.sim.sweep_plot import plot_by_lanes, plot_frontiers
 
 BEGIN, END = "<!-- agentx-rack:begin (bench/agentx_readme.py) -->", "<!-- agentx-rack:end -->"
 SATURATED = 0.8  # busy share from which a path or the prefill ranks count as the bottleneck
@@ -192,6 +193,8 @@ def section(payload: dict, produced: Sequence[str], notes: Sequence[str] = (), l
     if notes:
         lines += ["", "Caveats:", ""] + [f"- {n}" for n in notes]
     lines += ["", "![frontiers](bench/results/agentx-rack/sweep-frontier.png)", "",
+              "Every point by lanes (the frontiers above leave out the points past each peak):", "",
+              "![by lanes](bench/results/agentx-rack/sweep-lanes.png)", "",
               "Produced by: " + "; ".join(produced), END]
     return "\n".join(lines)
 
@@ -238,6 +241,7 @@ def main() -> None:
     (args.out / "sweep.json").write_text(json.dumps(payload, indent=1, default=float) + "\n")
     plot_frontiers(payload["curves"], args.out / "sweep-frontier.png", payload["target_tps_user"], long,
                    "hollow: the peak point over the 900 s window")
+    plot_by_lanes(rows, args.out / "sweep-lanes.png", long, "hollow: 900 s window")
     notes = [*args.note, *read_notes(args.notes_file)]
     text = section(payload, [f"`{c}`" for c in args.command] + produced + long_produced, notes, long)
     write_readme(args.readme, text)

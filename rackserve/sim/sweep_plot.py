@@ -49,3 +49,47 @@ def plot_frontiers(curve_rows: Sequence[dict], path: Path, targets: Sequence[flo
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_by_lanes(runs: Sequence[dict], path: Path, extra_runs: Sequence[dict] = (), extra_label: str = "") -> None:
+    """Throughput/GPU against lanes (log scale), one panel per scenario and one line per policy, every
+    point of the curve including those past its peak (which the frontiers leave out); `extra_runs`
+    hollow, as in plot_frontiers."""
+    scenarios = sorted({r["scenario"] for r in runs})
+    policies = sorted({r["policy"] for r in runs})
+    cols = min(2, len(scenarios))
+    rows = -(-len(scenarios) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.8 * rows), squeeze=False)
+    colors = plt.get_cmap("tab10")
+    for ax, scenario in zip(axes.flat, scenarios, strict=False):
+        for i, policy in enumerate(policies):
+            pts = sorted((r for r in runs if (r["scenario"], r["policy"]) == (scenario, policy)),
+                         key=lambda r: r["concurrency"])
+            if not pts:
+                continue
+            ax.plot([r["concurrency"] for r in pts], [r["throughput_per_gpu"] for r in pts],
+                    marker="osD^v<>"[i % 7], color=colors(i % 10), label=policy)
+            pk = max(pts, key=lambda r: r["throughput_per_gpu"])
+            ax.scatter([pk["concurrency"]], [pk["throughput_per_gpu"]], marker="*", s=140, color=colors(i % 10),
+                       zorder=5)
+        for r in extra_runs:
+            if r["scenario"] == scenario and r["policy"] in policies:
+                i = policies.index(r["policy"])
+                ax.scatter([r["concurrency"]], [r["throughput_per_gpu"]], marker="osD^v<>"[i % 7], s=70,
+                           facecolors="none", edgecolors=colors(i % 10), linewidths=1.5, zorder=6)
+        ax.set_xscale("log")
+        ax.set_title(scenario, fontsize=9)
+        ax.set_xlabel("lanes (concurrent conversations)")
+        ax.set_ylabel("(input + output) tok/s per GPU")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(scenarios):]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    if extra_runs and extra_label:
+        handles.append(axes.flat[0].scatter([], [], marker="o", s=70, facecolors="none", edgecolors="black"))
+        labels.append(extra_label)
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=len(labels))
+    fig.suptitle("Throughput per GPU by lanes, every point (stars: peak)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.97))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
