@@ -89,7 +89,8 @@ def replay(calls_path: str, shrink: int) -> dict:
     cpu = time.process_time()
     out = [hit(r, k, n, t) if kind == "hit" else store(r, k, n, t) for kind, r, k, n, t in calls]
     cpu = time.process_time() - cpu
-    digest = hashlib.sha256(repr((out, kv.recomputed_tokens, kv.evictions(), sorted(index.snapshot().blocks.items()),
+    # a holder's blocks sorted: a frozenset's repr order depends on its insertion history
+    digest = hashlib.sha256(repr((out, kv.recomputed_tokens, kv.evictions(), sorted((k, sorted(v)) for k, v in index.snapshot().blocks.items()),
                                   kv.pool.lru_order("pool_hbm"), kv.pool.lru_order("pool_dram"))).encode()).hexdigest()
     return {"cpu_s": cpu, "calls": len(calls), "digest": digest[:16], "evictions": kv.evictions()}
 

@@ -278,13 +278,12 @@ class PoolTiers(PoolPut):
     def _demote(self, block: StoredBlock) -> bool:
         if not self._make_room("pool_dram", block.charge):
             return False
-        self._outbox.emit("removed", "pool_hbm", block.block_hash)
         self.counters.evictions["pool_hbm"] += 1
         self._used["pool_hbm"] -= block.charge
         self._used["pool_dram"] += block.charge
         self._chains.move(block, "pool_dram")
         self.counters.demotions += 1
-        self._outbox.emit("stored", "pool_dram", block.block_hash, block.parent_hash)
+        self._outbox.demote(block.block_hash, block.parent_hash)  # removed pool_hbm, stored pool_dram
         return True
 
     def _drop(self, block: StoredBlock, why: str) -> None:

@@ -157,8 +157,8 @@ def test_events_are_numbered_and_carry_chains():
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     summary = [(e.kind, e.tier, e.block_hashes, e.parent_hash) for e in events]
     assert summary[0] == ("stored", "pool_hbm", (11, 12, 13), None)  # a continued chain coalesces
-    assert ("removed", "pool_hbm", (12,), None) in summary
-    assert ("stored", "pool_dram", (12,), 11) in summary
+    # the demotion run (tails first: 13, then 12) is one removed event and one stored chain piece
+    assert summary[1:3] == [("removed", "pool_hbm", (13, 12), None), ("stored", "pool_dram", (12, 13), 11)]
     pool.clear()
     events, _ = pool.drain()
     assert [(e.kind, e.tier, e.seq) for e in events] == [
@@ -181,3 +181,23 @@ def test_block_that_can_never_fit_fails_cleanly(size):
         assert res.statuses == ("reserved",)
         return
     assert pool.reserve([BlockPut(1, size)], "w0", 0.0).statuses == ("no_space",)
+
+
+def test_a_demotion_run_is_flushed_before_the_next_other_event():
+    """Merged demotion events keep their place among the other events: a drop that follows the
+    run comes after it, so an index replaying the events ends where the pool is."""
+    from rackserve.kv.events import Publisher
+    from rackserve.kv.pool_outbox import PoolOutbox
+
+    out = PoolOutbox(Publisher("pool", 0))
+    out.demote(3, 2)
+    out.demote(2, 1)
+    out.demote(9, 8)  # another chain's tail: a piece of its own
+    out.emit("removed", "pool_dram", 3)
+    events, _ = out.drain()
+    assert [(e.kind, e.tier, e.block_hashes, e.parent_hash) for e in events] == [
+        ("removed", "pool_hbm", (3, 2, 9), None),
+        ("stored", "pool_dram", (9,), 8),
+        ("stored", "pool_dram", (2, 3), 1),
+        ("removed", "pool_dram", (3,), None),
+    ]
