@@ -210,10 +210,19 @@ def _kv_times(gp: GroupPlan, feats: np.ndarray, fmap: np.ndarray, seqs: np.ndarr
 class _Group:
     """One layer group's per-call results."""
 
-    __slots__ = ("gp", "kv", "tc", "tm", "tokens", "seqs")
+    __slots__ = ("gp", "kv", "tc", "tm", "tokens", "seqs", "cm")
 
-    def __init__(self, gp, kv, tc, tm, tokens, seqs) -> None:
+    def __init__(self, gp, kv, tc, tm, tokens, seqs, cm=None) -> None:
         self.gp, self.kv, self.tc, self.tm, self.tokens, self.seqs = gp, kv, tc, tm, tokens, seqs
+        self.cm = cm  # per rank (attention, indexer) compute then memory times [R, 4], when known
+
+    def compute_memory(self, ra: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rank ra's (attention, indexer) compute and memory times."""
+        if self.cm is not None:
+            row = self.cm[ra]
+            return row[:2], row[2:]
+        w = self.gp.weights
+        return self.tc[ra] @ w, self.tm[ra] @ w
 
 
 def fast_step_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer) -> StepCost:
@@ -257,19 +266,27 @@ def _prefill_group(plan: StepPlan, gi: int, gp: GroupPlan, ranks) -> _Group:
     """A prefill step's layer group from its ranks' feature sums, each rank's memoized on its own
     batch: a prefill rank holds a few sequences and its signatures repeat, while the pair of two
     DEP2 ranks' signatures that keys the step memo mostly does not."""
-    cols = []
+    rows = []
     for rb in ranks:
         key = (gi, rb.new_tokens.tobytes(), rb.cached_tokens.tobytes())
-        col = plan.memo.get(key)
-        if col is None:
-            col = _rank_features(gp, rb)
+        row = plan.memo.get(key)
+        if row is None:
+            row = _rank_row(gp, rb)
             if len(plan.memo) > MEMO_LIMIT:
                 plan.memo.clear()
-            plan.memo[key] = col
-        cols.append(col)
-    f = np.column_stack(cols)
-    kv, tc, tm = _kv_times(gp, f[:-2], gp.general_map, f[-1])
-    return _Group(gp, kv, tc, tm, f[-2], f[-1])
+            plan.memo[key] = row
+        rows.append(row)
+    r = np.vstack(rows)  # [R, 2 + 4 + 2]: kv times, compute/memory times, tokens, seqs
+    return _Group(gp, r[:, :2], None, None, r[:, 6], r[:, 7], r[:, 2:6])
+
+
+def _rank_row(gp: GroupPlan, rb) -> np.ndarray:
+    """One prefill rank's part of its layer group (the kv times are per rank): (attention, indexer)
+    times, their compute and memory times, tokens and sequences, as one row."""
+    col = _rank_features(gp, rb)[:, None]
+    kv, tc, tm = _kv_times(gp, col[:-2], gp.general_map, col[-1])
+    w = gp.weights
+    return np.concatenate([kv[0], tc[0] @ w, tm[0] @ w, col[-2:, 0]])
 
 
 def _rank_features(gp: GroupPlan, rb) -> np.ndarray:
@@ -440,8 +457,7 @@ def _assemble(groups, bundles: list[Bundle], transfer, lay: Layout) -> StepCost:
     a_t, i_t = kv[ra].tolist()
     a_c = i_c = a_m = i_m = 0.0
     for g in groups:
-        w = g.gp.weights
-        c, mm = g.tc[ra] @ w, g.tm[ra] @ w
+        c, mm = g.compute_memory(ra)
         a_c, i_c, a_m, i_m = a_c + c[0], i_c + c[1], a_m + mm[0], i_m + mm[1]
     breakdown = {"attention": a_t}
     bound = {"attention": "compute" if a_c > a_m else "memory"}
