@@ -37,6 +37,7 @@ class Submission:
     first_token: int = 0  # decode: the prefill's token
     kv_hashes: tuple[int, ...] = ()  # decode: the KV handle's block hashes
     kv_lease_id: int = 0  # decode: the prefill's lease over them (0 = none)
+    kv_tiers: tuple[str, ...] = ()  # decode: each block's pool tier as leased (empty: ask the pool)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +22,7 @@ import redis
 from rackserve.config import Config
 from rackserve.kv.block_hash import block_hashes
 from rackserve.kv.events import Publisher
+from rackserve.kv.kv_codec import encode_block
 from rackserve.model.config import ModelConfig
 from rackserve.model.engine import Engine
 from rackserve.model.sampling import SamplingParams
@@ -28,7 +30,8 @@ from rackserve.sched.scheduler import QueueFull
 from rackserve.timing.batch import RankBatch
 from services.engram.client import ShardedEngramTable
 from services.event_pump import EventPump
-from services.kv_link import PoolLink
+from services.kv_link import Handle, PoolLink
+from services.kvpool.client import Reservation
 from services.rank_inbox import FAILED, INVALID, QUEUE_FULL, AdmitResult, Admitted, Submission
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,7 @@ class Emitted:
     kv_block_hashes: tuple[int, ...] = ()  # prefill: the prompt's full blocks now in the pool
     reused: Admitted | None = None  # prefill, when finished: what the engine really started from
     kv_lease_id: int = 0  # prefill: the pool lease over kv_block_hashes the decode rank releases
+    kv_block_tiers: tuple[str, ...] = ()  # prefill: their pool tiers as leased (empty: unknown)
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ class _Seq:
     local: int = 0  # HBM hit tokens found at admission
     reused: Admitted | None = None  # set at the request's first step
     hands_off: bool = False  # prefill: a decode rank will read the prompt's KV from the pool
+    reservation: Future | None = None  # prefill: pool space booked for its blocks while computing
 
     def started_from(self, computed_tokens: int) -> Admitted:
         """The tokens the engine started from (its schedule's computed tokens), by where their KV
@@ -129,6 +134,9 @@ class RankWorker:
         )
         self._seqs: dict[str, _Seq] = {}
         self._pump = EventPump(self._redis, Publisher(self.instance, self.rank))
+        # One block in the pool's format weighs the same for every block of this model.
+        self._block_bytes = len(encode_block(*self.engine.kv.read_block(0), model.fingerprint))
+        self._reserver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvpool-reserve")
 
     def ready(self) -> bool:
         """The health probe's question (services/rank_probe.py), answered on the actor's thread (a
@@ -164,7 +172,11 @@ class RankWorker:
         hbm = sum(bs for _, _, tier in fetched if tier == "pool_hbm")
         dram = sum(bs for _, _, tier in fetched if tier == "pool_dram")
         hands_off = int(params.get("max_tokens", 0)) != 1  # the router decodes unless 1 token was asked
-        self._seqs[request_id] = _Seq(prompt, hbm, dram, local=local * bs, hands_off=hands_off)
+        # The pool's reservation for the blocks it will store runs on a thread while the engine
+        # computes them: one round trip fewer between the compute and the reply.
+        reservation = self._reserver.submit(self.pool.reserve, hashes, self._block_bytes) if hashes else None
+        self._seqs[request_id] = _Seq(prompt, hbm, dram, local=local * bs, hands_off=hands_off,
+                                      reservation=reservation)
         return Admitted(local * bs, hbm, dram)
 
     def submit_decode(
@@ -175,13 +187,16 @@ class RankWorker:
         kv_hashes: list[int],
         params: dict,
         kv_lease_id: int = 0,
+        kv_tiers: tuple[str, ...] = (),
     ) -> Admitted:
         """Join the batch after a P->D hand-off: import the prompt's blocks from the pool, then
-        release the prefill's lease over them (`kv_lease_id`, 0 = none)."""
+        release the prefill's lease over them (`kv_lease_id`, 0 = none). With their tiers as
+        leased (`kv_tiers`, one per hash) the bytes are read from Redis without a pool lookup."""
         bs = self.model.block_size
         local = self.engine.cached_prefix_tokens(prompt) // bs
         local = min(local, len(kv_hashes))
-        fetched = self.pool.fetch(kv_hashes[local:], handoff_lease=kv_lease_id)
+        tiers = kv_tiers[local:] if len(kv_tiers) == len(kv_hashes) else ()
+        fetched = self.pool.fetch(kv_hashes[local:], handoff_lease=kv_lease_id, handoff_tiers=tiers)
         kv_blocks = [(h, b"") for h in kv_hashes[:local]] + [(h, data) for h, data, _ in fetched]
         sampling = SamplingParams(**_engine_params(params))
         self.engine.add_request(
@@ -193,8 +208,15 @@ class RankWorker:
         return Admitted(local * bs, hbm, dram)
 
     def cancel(self, request_id: str) -> None:
-        if self._seqs.pop(request_id, None) is not None:
+        seq = self._seqs.pop(request_id, None)
+        if seq is not None:
             self.engine.free(request_id)
+            if seq.reservation is not None:
+                seq.reservation.add_done_callback(self._abort_reservation)
+
+    def _abort_reservation(self, done: Future) -> None:
+        if done.exception() is None:
+            self.pool.client.abort(done.result())
 
     def admit(self, submission: Submission) -> AdmitResult:
         """Apply one submission that rode on a step call; a refusal is answered, not raised (the
@@ -206,7 +228,7 @@ class RankWorker:
             if s.kind == "decode":
                 admitted = self.submit_decode(
                     s.request_id, list(s.prompt), s.first_token, list(s.kv_hashes), s.params,
-                    s.kv_lease_id,
+                    s.kv_lease_id, s.kv_tiers,
                 )
                 return AdmitResult(s.request_id, admitted)
             raise ValueError(f"kind: unknown submission kind {s.kind!r}")
@@ -267,19 +289,32 @@ class RankWorker:
         if self.role != "prefill":
             return Emitted(out.request_id, out.token, out.finish_reason)
         hold = seq.hands_off and out.finish_reason != "stop"  # EOS first: nobody decodes it
-        hashes, lease_id = self._store_prompt(seq.prompt, hold)
-        return Emitted(out.request_id, out.token, out.finish_reason, tuple(hashes), seq.reused, lease_id)
+        handle = self._store_prompt(seq.prompt, hold, _result(seq.reservation))
+        return Emitted(out.request_id, out.token, out.finish_reason, handle.hashes, seq.reused,
+                       handle.lease_id, handle.tiers)
 
-    def _store_prompt(self, prompt: list[int], hold: bool) -> tuple[list[int], int]:
-        """Write the prompt's full blocks to the pool (those it lacks); returns the handle's hashes
-        and, with `hold`, the lease keeping them for the decode rank."""
+    def _store_prompt(self, prompt: list[int], hold: bool, reservation: Reservation | None) -> Handle:
+        """Write the prompt's full blocks to the pool (those it lacks, into `reservation` where it
+        covers them); returns the handle's hashes and, with `hold`, the lease keeping them for the
+        decode rank and their tiers."""
         blocks = self.engine.export_prefix(prompt)
-        return self.pool.store(blocks, hold=hold)
+        return self.pool.store(blocks, hold=hold, reservation=reservation)
 
     def _publish_events(self) -> None:
         """Hand the step's KV events to the pump (services/event_pump.py): published in order on
         its thread, never within the step."""
         self._pump.send(self.engine.drain_events())
+
+
+def _result(reservation: Future | None) -> Reservation | None:
+    """The booked reservation (waiting for its call if still running), None if it failed."""
+    if reservation is None:
+        return None
+    try:
+        return reservation.result()
+    except Exception:  # e.g. INVALID_ARGUMENT: store books anew, and reports that
+        log.exception("pool reservation failed")
+        return None
 
 
 def _engine_params(params: dict, **override: object) -> dict:

@@ -16,6 +16,7 @@ import grpc
 
 from services._proto import decode_pb2, decode_pb2_grpc
 from services.instance_loop import StepDone
+from services.kvpool.client import PB_TO_TIER
 from services.rank_inbox import Submission
 from services.stage_timer import now_s, observe
 from services.worker_host import Worker
@@ -70,6 +71,7 @@ class DecodeService(WorkerService, decode_pb2_grpc.DecodeServicer):
                 request.first_token,
                 tuple(request.kv.block_hashes),
                 request.kv.lease_id,
+                tuple(PB_TO_TIER[t] or "" for t in request.kv.block_tiers),
             )
             try:
                 await admission(loop.submit(request.rank, submission), context)

@@ -10,6 +10,7 @@ Malformed requests (caller bugs) raise ValueError with the server's message.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from services.kvpool.keys import block_keys
 log = logging.getLogger(__name__)
 
 PB_TO_TIER: dict[int, PoolTier | None] = {pb.TIER_NONE: None, pb.POOL_HBM: "pool_hbm", pb.POOL_DRAM: "pool_dram"}
+TIER_TO_PB: dict[PoolTier | None, int] = {t: v for v, t in PB_TO_TIER.items()}
 _DEGRADED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
@@ -40,10 +42,23 @@ class PutResult:
     failed: tuple[int, ...]
     pending: tuple[int, ...] = ()
     lease_id: int = 0  # put(hold=True): a read lease over `stored`, for the reader to release
+    lease_tiers: tuple[PoolTier | None, ...] = ()  # put(hold=True): each put hash's tier as leased
 
     @property
     def ok(self) -> bool:
         return not self.failed
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """`PoolClient.reserve`'s booking: each hash's PutStatus (empty: the pool was unreachable),
+    the transaction to commit (0: nothing reserved) and when it lapses (time.monotonic())."""
+
+    hashes: tuple[int, ...]
+    sizes: tuple[int, ...]
+    statuses: tuple[int, ...]
+    txn: int
+    deadline_s: float
 
 
 @dataclass(frozen=True)
@@ -100,36 +115,67 @@ class PoolClient:
         for Redis/pool faults. `target_sizes`: bytes each block weighs in the emulated rack.
         `hold`: also lease the stored blocks (in the commit call) for a reader elsewhere, who
         releases `PutResult.lease_id` once it has read them (the P->D hand-off)."""
-        hashes = [int(h) for h in hashes]  # numpy integers are not protobuf integers
         if len(hashes) != len(values):
             raise ValueError(f"hashes and values differ in length: {len(hashes)} != {len(values)}")
-        request = pb.ReserveRequest(owner=self.owner, block_hashes=hashes, sizes=[len(v) for v in values],
+        return self.complete(self.reserve(hashes, [len(v) for v in values], parent_hash, target_sizes),
+                             values, hold)
+
+    def reserve(self, hashes: Sequence[int], sizes: Sequence[int], parent_hash: int | None = None,
+                target_sizes: Sequence[int] | None = None) -> Reservation:
+        """The first half of `put`: book space for blocks of `sizes` bytes (a writer may reserve
+        while it still computes them); `complete` writes and commits, `abort` gives it back."""
+        hashes = tuple(int(h) for h in hashes)  # numpy integers are not protobuf integers
+        request = pb.ReserveRequest(owner=self.owner, block_hashes=hashes, sizes=sizes,
                                     target_sizes=target_sizes or (), has_parent=parent_hash is not None,
                                     parent_hash=parent_hash or 0)
+        started = time.monotonic()
         reply = self._call(self._stub.BatchPutReserve, request)
         if reply is None:
+            return Reservation(hashes, tuple(sizes), (), 0, started)
+        return Reservation(hashes, tuple(sizes), tuple(reply.statuses), reply.txn,
+                           started + reply.expires_in_s)
+
+    def complete(self, res: Reservation, values: Sequence[bytes], hold: bool = False) -> PutResult:
+        """Write a reservation's reserved blocks (`values`: one per hash) and commit them; with
+        `hold`, lease the stored ones for a reader (see `put`)."""
+        hashes = list(res.hashes)
+        if len(hashes) != len(values):
+            raise ValueError(f"hashes and values differ in length: {len(hashes)} != {len(values)}")
+        if not res.statuses:
             return PutResult((), (), tuple(hashes))
-        todo = [i for i, s in enumerate(reply.statuses) if s == pb.PUT_RESERVED]
-        there = [hashes[i] for i, s in enumerate(reply.statuses) if s == pb.PUT_EXISTS]
-        pending = tuple(hashes[i] for i, s in enumerate(reply.statuses) if s == pb.PUT_PENDING)
-        refused = [hashes[i] for i, s in enumerate(reply.statuses) if s == pb.PUT_NO_SPACE]
+        todo = [i for i, s in enumerate(res.statuses) if s == pb.PUT_RESERVED]
+        there = [hashes[i] for i, s in enumerate(res.statuses) if s == pb.PUT_EXISTS]
+        pending = tuple(hashes[i] for i, s in enumerate(res.statuses) if s == pb.PUT_PENDING)
+        refused = [hashes[i] for i, s in enumerate(res.statuses) if s == pb.PUT_NO_SPACE]
         if not todo:
-            return PutResult(tuple(there), (), tuple(refused), pending, self._hold(there, hold))
+            return PutResult(tuple(there), (), tuple(refused), pending, *self._hold(hashes, hold))
         written = self._write([hashes[i] for i in todo], [values[i] for i in todo])
         if not written:
-            self._call(self._stub.BatchPutAbort, pb.AbortRequest(txn=reply.txn))
+            self.abort(res)
             return PutResult(tuple(there), (), tuple(refused + [hashes[i] for i in todo]), pending,
-                             self._hold(there, hold))
+                             *self._hold(hashes, hold))
         commit = self._call(self._stub.BatchPutCommit,
-                            pb.CommitRequest(txn=reply.txn, written=written, hold=hashes if hold else ()))
+                            pb.CommitRequest(txn=res.txn, written=written, hold=hashes if hold else ()))
         committed = set(commit.committed) if commit is not None else set()
         lost = [h for h in written if h not in committed]
+        lease = (commit.lease_id, _tiers(commit.held_tiers)) if commit is not None else (0, ())
         return PutResult(tuple(there + [h for h in written if h in committed]),
                          tuple(h for h in written if h in committed), tuple(refused + lost), pending,
-                         commit.lease_id if commit is not None else 0)
+                         *lease)
 
-    def _hold(self, hashes: list[int], hold: bool) -> int:
-        return self.hold(hashes) if hold and hashes else 0
+    def abort(self, res: Reservation) -> None:
+        """Give back what a reservation booked and was not committed (nothing to do if none)."""
+        if res.txn:
+            self._call(self._stub.BatchPutAbort, pb.AbortRequest(txn=res.txn))
+
+    def _hold(self, hashes: list[int], hold: bool) -> tuple[int, tuple[PoolTier | None, ...]]:
+        """With `hold`, lease those of `hashes` stored now: (lease id, each one's tier)."""
+        if not (hold and hashes):
+            return 0, ()
+        reply = self._call(self._stub.Lease, pb.LeaseRequest(block_hashes=hashes))
+        if reply is None or not reply.lease_id:
+            return 0, ()
+        return reply.lease_id, _tiers(reply.tiers)
 
     def _write(self, hashes: list[int], values: list[bytes]) -> list[int]:
         try:
@@ -162,6 +208,15 @@ class PoolClient:
         self.release(found.lease_id)
         tiers = [t if v is not None else None for t, v in zip(found.tiers, values, strict=True)]
         return GetResult(tuple(values), tuple(tiers))
+
+    def read_leased(self, hashes: Sequence[int], tiers: Sequence[PoolTier | None], lease_id: int) -> GetResult:
+        """The bytes of blocks a writer leased for us (`put(hold=True)`'s lease and tiers), read
+        straight from Redis without asking the pool where they are; then the lease is released.
+        A block whose bytes are gone (the lease expired and eviction took it, Redis restarted
+        empty) is a miss."""
+        if len(tiers) != len(hashes):
+            raise ValueError(f"hashes and tiers differ in length: {len(hashes)} != {len(tiers)}")
+        return self.read(LeasedLookup(tuple(int(h) for h in hashes), tuple(tiers), lease_id))
 
     def _read(self, hashes: list[int]) -> list[bytes | None]:
         try:
@@ -227,3 +282,7 @@ class PoolClient:
                 log.warning("pool unreachable (%s): degrading to a miss", code)
                 return None
             raise
+
+
+def _tiers(values: Sequence[int]) -> tuple[PoolTier | None, ...]:
+    return tuple(PB_TO_TIER[t] for t in values)

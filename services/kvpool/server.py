@@ -22,12 +22,12 @@ from services import kvevents
 from services._proto import kvpool_pb2 as pb
 from services._proto import kvpool_pb2_grpc as pb_grpc
 from services.kvpool import validate
+from services.kvpool.client import TIER_TO_PB
 from services.kvpool.keys import DEFAULT_PREFIX
 from services.kvpool.store import PoolStore
 
 log = logging.getLogger(__name__)
 
-TIER_TO_PB = {None: pb.TIER_NONE, "pool_hbm": pb.POOL_HBM, "pool_dram": pb.POOL_DRAM}
 STATUS_TO_PB = {"reserved": pb.PUT_RESERVED, "exists": pb.PUT_EXISTS, "pending": pb.PUT_PENDING,
                 "no_space": pb.PUT_NO_SPACE}
 MAX_MESSAGE_BYTES = 16 * 1024**2  # transport limit; the per-request block limit is checked first
@@ -115,8 +115,11 @@ class PoolServicer(pb_grpc.KVPoolServicer):
             done = set(committed)
             orphans = [h for h in written if h not in done and not self.tiers.is_known(h)]
             self.store.apply([], orphans)  # bytes of reservations that expired before commit
-            lease_id = self.tiers.hold(hold, now).lease_id if hold else 0
-        return pb.CommitReply(committed=committed, lease_id=lease_id)
+            held = self.tiers.hold(hold, now) if hold else None
+        if held is None:
+            return pb.CommitReply(committed=committed)
+        return pb.CommitReply(committed=committed, lease_id=held.lease_id,
+                              held_tiers=[TIER_TO_PB[t] for t in held.tiers])
 
     @_edge
     def BatchPutAbort(self, request: pb.AbortRequest, context: grpc.ServicerContext) -> pb.AbortReply:
@@ -139,7 +142,7 @@ class PoolServicer(pb_grpc.KVPoolServicer):
         with self.lock:
             held = self.tiers.hold(hashes, self.clock())
         return pb.LeaseReply(lease_id=held.lease_id, held=sum(t is not None for t in held.tiers),
-                             lease_s=self.tiers.limits.lease_s)
+                             lease_s=self.tiers.limits.lease_s, tiers=[TIER_TO_PB[t] for t in held.tiers])
 
     @_edge
     def ReleaseLease(self, request: pb.ReleaseRequest, context: grpc.ServicerContext) -> pb.ReleaseReply:

@@ -11,6 +11,7 @@ import grpc
 from rackserve.metrics import RankKey
 from services._proto import prefill_pb2, prefill_pb2_grpc
 from services.instance_loop import StepDone
+from services.kvpool.client import TIER_TO_PB
 from services.rank_inbox import Admitted, Submission
 from services.stage_timer import now_s, observe
 from services.worker_host import Worker
@@ -97,6 +98,7 @@ class PrefillService(WorkerService, prefill_pb2_grpc.PrefillServicer):
                 block_hashes=hashes,
                 num_tokens=len(hashes) * self.block_size,
                 lease_id=emitted.kv_lease_id,
+                block_tiers=[TIER_TO_PB[t] for t in emitted.kv_block_tiers],
             ),
             local_hit_tokens=reused.local_hit_tokens,
             pool_hit_tokens=reused.pool_hbm_tokens + reused.pool_dram_tokens,
