@@ -96,8 +96,9 @@ class PrefixIndex(IndexLookup, IndexHolders):
             self._mark_stale(pub)
         self._seq[pub] = event.seq
         hashes = event.block_hashes
-        if event.kind == "stored":
-            self._store(self._bit(pub, event.tier), hashes, (event.parent_hash, *hashes[:-1]))
+        if event.kind == "stored":  # a closed_chains index keeps no parents: none are built
+            parents = () if self._closed_chains else (event.parent_hash, *hashes[:-1])
+            self._store(self._bit(pub, event.tier), hashes, parents)
         elif event.kind == "removed":
             self._remove(self._bit(pub, event.tier), hashes)
         else:

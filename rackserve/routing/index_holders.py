@@ -55,6 +55,7 @@ class IndexHolders(IndexPool):
 
     def _store(self, bit: int, hashes: Sequence[int], parents: Sequence[int | None]) -> None:
         # Per-block work runs in C (map / compress / dict.update): one store per KV event.
+        # `parents` aligns with `hashes`, or is empty in a closed_chains index (it keeps none).
         if self._unknown and not self._unknown.isdisjoint(hashes):
             self._learn_parents(hashes, parents)
         content, flag, closure = self._contents[bit], 1 << bit, self._closures[bit]
