@@ -1,17 +1,19 @@
 """Write README.md's "AgentX on the rack" section from the committed sweep JSON.
 
     .venv/bin/python bench/agentx_readme.py bench/results/agentx-rack/sweep-*.json \
-        --window bench/results/agentx-rack/window900-*.json --base nvl72-gb300 \
-        --out bench/results/agentx-rack
+        --window bench/results/agentx-rack/window900-*.json bench/results/agentx-rack/frontier900-*.json \
+        --base nvl72-gb300 --out bench/results/agentx-rack
 
 Merges the sweep files (their runs; each run keeps the code commit and the measured window it ran
-with), recomputes the frontiers, peaks, throughput at the targets and the ratios
-(rackserve.sim.cli_sweep.sweep_payload) over each curve's operating points (lanes up to its peak: past
-the peak throughput falls and the queue moves into TTFT, which tok/s/user does not see), writes
-sweep.json, sweep-frontier.png and sweep-lanes.png (every point by lanes) into --out, and replaces
-the README section between its markers with
-tables generated from that JSON. --window files hold the same points run with another window (the
-scenarios' own 900 s); they are compared with their 60 s points, never merged into the curves.
+with) and the --window files (points of the scenarios' own window, AgentX's 900 s). Each curve
+(scenario, policy) is drawn from its 900 s points where it has at least MIN_LONG_POINTS of them (the
+measured window AgentX reports), else from its 60 s points; every table row says which. Recomputes
+the frontiers, peaks, throughput at the targets and the ratios (rackserve.sim.cli_sweep.sweep_payload)
+over each curve's operating points (lanes up to its peak: past the peak throughput falls and the queue
+moves into TTFT, which tok/s/user does not see), writes sweep.json, sweep-frontier.png and
+sweep-lanes.png (every point by lanes) into --out, and replaces the README section between its
+markers with tables generated from that JSON. The 60 s points stay in their own table: they reach
+1 to 20,000 lanes, the 900 s ones do not.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from rackserve.sim.sweep_plot import plot_by_lanes, plot_frontiers
 BEGIN, END = "<!-- agentx-rack:begin (bench/agentx_readme.py) -->", "<!-- agentx-rack:end -->"
 SATURATED = 0.8  # busy share from which a path or the prefill ranks count as the bottleneck
 TIERS = ("rank_hbm", "pool_hbm", "pool_dram")
+MIN_LONG_POINTS = 3  # 900 s points a curve needs to be drawn from them (a frontier, not just its peak)
 
 
 def bottleneck(run: dict) -> str:
@@ -81,20 +84,49 @@ def split_at_peak(rows: Sequence[dict]) -> tuple[list[dict], list[dict]]:
     return ops, [r for r in rows if r["concurrency"] > peak_lanes[curve_key(r)][0]]
 
 
+def choose_curves(short: Sequence[dict], long: Sequence[dict],
+                  min_long: int = MIN_LONG_POINTS) -> tuple[list[dict], dict[tuple[str, str], float]]:
+    """The rows each curve is drawn from: its long-window points where it has >= min_long of them,
+    else its short-window ones; and each curve's window length (s)."""
+    by_curve: dict[tuple[str, str], list[dict]] = {}
+    for r in long:
+        by_curve.setdefault(curve_key(r), []).append(r)
+    use_long = {k for k, v in by_curve.items() if len(v) >= min_long}
+    rows = [r for r in short if curve_key(r) not in use_long] + [r for r in long if curve_key(r) in use_long]
+    windows = {curve_key(r): r["window_s"] for r in rows}
+    return rows, windows
+
+
+def label_windows(payload: dict, windows: dict[tuple[str, str], float], extended: set) -> None:
+    """Put each curve's window (and whether its peak is its highest lanes run) on it, and both
+    sides' windows on each ratio."""
+    for c in payload["curves"]:
+        c["window_s"] = windows[curve_key(c)]
+        c["peak_at_last_lane_run"] = curve_key(c) not in extended
+    for r in payload["ratios"]:
+        r["base_window_s"] = windows[(r["base"], r["policy"])]
+        r["other_window_s"] = windows[(r["other"], r["policy"])]
+
+
+def _window_cell(c: dict) -> str:
+    return f"{c['window_s']:g} s" + (" (peak = highest lanes run)" if c.get("peak_at_last_lane_run") else "")
+
+
 def main_table(payload: dict, runs: dict) -> list[str]:
     targets = payload["target_tps_user"]
-    lines = ["| scenario | policy | peak tok/s/GPU (lanes, tok/s/user) | "
+    lines = ["| scenario | policy | window | peak tok/s/GPU (lanes, tok/s/user) | "
              + " | ".join(f"tok/s/GPU at {t:g} tok/s/user" for t in targets)
              + " | hit rank / pool HBM / pool DRAM | TTFT P50 / P90 (s) | rank idle prefill / decode | "
                "bottleneck at peak |",
-             "|" + "---|" * (7 + len(targets))]
+             "|" + "---|" * (8 + len(targets))]
     for c in payload["curves"]:
         pk = c["peak"]
-        run = runs[(c["scenario"], c["policy"], pk["concurrency"])]
+        run = runs[(c["scenario"], c["policy"], pk["concurrency"], c["window_s"])]
         h = run["hit_rate_by_tier"]
         at = " | ".join(_num(c["at_target"][f"{t:g}"]["p50"]) for t in targets)
         lines.append(
-            f"| {c['scenario']} | {c['policy']} | {pk['throughput_per_gpu']:,.0f} ({pk['concurrency']:,}, "
+            f"| {c['scenario']} | {c['policy']} | {_window_cell(c)} | "
+            f"{pk['throughput_per_gpu']:,.0f} ({pk['concurrency']:,}, "
             f"{pk['user_tps_p50']:.0f}) | {at} | {h['rank_hbm']:.1%} / {h['pool_hbm']:.1%} / {h['pool_dram']:.1%} | "
             f"{run['ttft_p50_s']:.2f} / {run['ttft_p90_s']:.2f} | {run['prefill_idle_frac']:.1%} / "
             f"{run['decode_idle_frac']:.1%} | {bottleneck(run)} |")
@@ -140,60 +172,92 @@ def tokens_per_request(run: dict) -> float:
     return run["throughput_per_gpu"] * run["gpus"] * run["span_s"] / max(run["completed"], 1)
 
 
+def _hits(w: dict) -> str:
+    return " / ".join(f"{w['hit_rate_by_tier'][t]:.1%}" for t in TIERS)
+
+
+def _ttft(w: dict) -> str:
+    return f"{w['ttft_p50_s']:.2f} / {w['ttft_p90_s']:.2f}"
+
+
+WINDOW_CELLS = (  # (column, value of one run) of the 60 s -> 900 s table
+    ("tok/s/user P50", lambda w: f"{w['user_tps_p50']:.0f}"),
+    ("TTFT P50 / P90 (s)", _ttft),
+    ("hit rank / pool HBM / pool DRAM", _hits),
+    ("pool HBM full", lambda w: f"{w['pool_occupancy']['pool_hbm']:.0%}"),
+    ("prefill busy", lambda w: f"{w['prefill_util']:.0%}"),
+    ("k tokens per request", lambda w: f"{tokens_per_request(w) / 1e3:.1f}"),
+)
+
+
 def window_table(short: Sequence[dict], long: Sequence[dict]) -> list[str]:
-    """Each long-window point beside the same point of the sweep (same scenario, policy, lanes)."""
+    """Each long-window point beside the same point of the sweep (same scenario, policy, lanes): one
+    row, '60 s -> 900 s' in each cell."""
     index = {(r["scenario"], r["policy"], r["concurrency"]): r for r in short}
-    lines = ["| scenario | policy | lanes | window (s) | tok/s/GPU | 900/60 | output tok/s/GPU | tok/s/user P50 | "
-             "TTFT P50 / P90 (s) | hit rank / pool HBM / pool DRAM | pool HBM full | prefill busy | requests (per s, k tokens each) | "
-             "code | CPU s |", "|" + "---|" * 15]
-    for r in sorted(long, key=lambda r: (r["scenario"], r["policy"])):
+    lines = ["| scenario | policy | lanes | tok/s/GPU (900/60) | " + " | ".join(c for c, _ in WINDOW_CELLS)
+             + " | code (900 s) | CPU s (900 s) |", "|" + "---|" * (6 + len(WINDOW_CELLS))]
+    for r in sorted(long, key=lambda r: (r["scenario"], r["policy"], r["concurrency"])):
         s = index.get((r["scenario"], r["policy"], r["concurrency"]))
-        for w, ratio in ((s, ""), (r, _num(s and r["throughput_per_gpu"] / s["throughput_per_gpu"], "{:.3f}"))):
-            if w is None:
-                continue
-            h = w["hit_rate_by_tier"]
-            lines.append(
-                f"| {w['scenario']} | {w['policy']} | {w['concurrency']:,} | {w['window_s']:g} | "
-                f"{w['throughput_per_gpu']:,.0f} | {ratio} | {w['output_tps_per_gpu']:,.0f} | {w['user_tps_p50']:.0f} | "
-                f"{w['ttft_p50_s']:.2f} / {w['ttft_p90_s']:.2f} | " + " / ".join(f"{h[t]:.1%}" for t in TIERS)
-                + f" | {w['pool_occupancy']['pool_hbm']:.0%} | {w['prefill_util']:.0%} | {w['completed']:,} "
-                  f"({w['completed'] / w['span_s']:,.0f}, {tokens_per_request(w) / 1e3:.1f}) | {w['code']} | "
-                  f"{w.get('point_cpu_s', w['cpu_s']):,.0f} |")
+        if s is None:
+            continue
+        cells = " | ".join(f"{f(s)} -> {f(r)}" for _, f in WINDOW_CELLS)
+        lines.append(
+            f"| {r['scenario']} | {r['policy']} | {r['concurrency']:,} | {s['throughput_per_gpu']:,.0f} -> "
+            f"{r['throughput_per_gpu']:,.0f} ({r['throughput_per_gpu'] / s['throughput_per_gpu']:.3f}) | {cells} | "
+            f"{r['code']} | {r.get('point_cpu_s', r['cpu_s']):,.0f} |")
     return lines
 
 
-def section(payload: dict, produced: Sequence[str], notes: Sequence[str] = (), long: Sequence[dict] = ()) -> str:
-    runs = {(r["scenario"], r["policy"], r["concurrency"]): r for r in payload["runs"]}
+def _win(seconds: float) -> str:
+    return f"{seconds:g} s"
+
+
+def ratio_lines(ratios: Sequence[dict]) -> list[str]:
+    out = []
+    for r in ratios:
+        wins = f"{_win(r['other_window_s'])} / {_win(r['base_window_s'])}"
+        mixed = "" if r["other_window_s"] == r["base_window_s"] else " (mixed windows)"
+        out.append(f"- {r['policy']} at {r['target_tps_user']:g} tok/s/user: {r['other']} / {r['base']} = "
+                   f"{_num(r['ratio'], '{:.2f}x')} ({wins}{mixed})")
+    return out
+
+
+def section(payload: dict, produced: Sequence[str], notes: Sequence[str] = ()) -> str:
+    short, long = payload["runs"], payload["window_runs"]
+    runs = {(r["scenario"], r["policy"], r["concurrency"], r["window_s"]): r for r in [*short, *long]}
     lines = [BEGIN, "## AgentX on the rack", "",
              "Generated by `bench/agentx_readme.py` from `bench/results/agentx-rack/sweep.json` (do not edit by hand).",
              "Workload: the real AgentX capture (`data/agentx`, 350 conversations) replayed by the AgentX rules; "
              "capacities derived from the specs (`rackserve/timing/capacity.py`). Throughput per GPU = "
              "(input + output tokens)/s / GPUs; interactivity = output tok/s per user (P50, decode only: "
-             "1000 / TPOT ms, TTFT not included). Frontiers, peaks, the target columns and the ratios use each "
-             "curve's operating points (lanes up to its peak); the points past the peak are in the second table. "
-             "`sweep.json` is `rackserve sim sweep`'s schema plus `past_peak` (runs past each curve's peak) and "
-             "`window_runs` (the long-window points); every run row carries `code`, `measure_start_s` and `window_s`.",
+             "1000 / TPOT ms, TTFT not included). Each curve is drawn from the measured window AgentX uses, "
+             "900 s ([60 s, 960 s) after the warm-ups, the scenarios' own), where it has at least "
+             f"{MIN_LONG_POINTS} points run there, else from 60 s windows ([30 s, 90 s)); the `window` column "
+             "says which. Frontiers, peaks, the target columns and the ratios use each curve's operating points "
+             "(lanes up to its peak). `sweep.json` is `rackserve sim sweep`'s schema plus `past_peak` (runs past "
+             "each curve's peak), `window_runs` (the 900 s points; `runs` holds the 60 s ones) and each curve's "
+             "`window_s`; every run row carries `code`, `measure_start_s` and `window_s`.",
              "", *main_table(payload, runs), "",
-             "Where each curve peaks and what saturates first (all points, 60 s windows):", "",
-             *peak_table(payload["runs"])]
+             "The 900 s points (AgentX's window), where each curve peaks and what saturates first:", "",
+             *peak_table(long),
+             "", "The 60 s points, 1 to 20,000 lanes (the reach: past the peaks, to 20,000 lanes):", "",
+             *peak_table(short)]
     if long:
-        lines += ["", "60 s vs 900 s window (the same point; 900 s = the scenarios' own window, AgentX's: "
-                  "[60 s, 960 s) after the warm-ups; 60 s = the sweep's [30 s, 90 s)):", "",
-                  *window_table(payload["runs"], long)]
+        lines += ["", "60 s vs 900 s window at the same point (each cell: 60 s -> 900 s):", "",
+                  *window_table(short, long)]
     lines += ["", "Frontier points (operating points; lanes: tok/s/user P50 -> tok/s/GPU):", ""]
     for c in payload["curves"]:
         pts = ", ".join(f"{p['concurrency']:,}: {p['user_tps_p50']:.0f} -> {p['throughput_per_gpu']:,.0f}"
                         for p in c["frontier_p50"])
-        lines.append(f"- {c['scenario']} {c['policy']}: {pts}")
+        lines.append(f"- {c['scenario']} {c['policy']} ({_win(c['window_s'])}): {pts}")
     if payload["ratios"]:
-        lines += ["", "Ratios at the targets (P50 frontier; n/a where a frontier does not reach the target):", ""]
-        for r in payload["ratios"]:
-            lines.append(f"- {r['policy']} at {r['target_tps_user']:g} tok/s/user: {r['other']} / {r['base']} = "
-                         f"{_num(r['ratio'], '{:.2f}x')}")
+        lines += ["", "Ratios at the targets (P50 frontier; n/a where a frontier does not reach the target; "
+                  "windows other / base):", "", *ratio_lines(payload["ratios"])]
     if notes:
         lines += ["", "Caveats:", ""] + [f"- {n}" for n in notes]
     lines += ["", "![frontiers](bench/results/agentx-rack/sweep-frontier.png)", "",
-              "Every point by lanes (the frontiers above leave out the points past each peak):", "",
+              "Every point by lanes (the frontiers above leave out the points past each peak; "
+              "lines: 60 s windows, hollow: 900 s):", "",
               "![by lanes](bench/results/agentx-rack/sweep-lanes.png)", "",
               "Produced by: " + "; ".join(produced), END]
     return "\n".join(lines)
@@ -229,21 +293,24 @@ def main() -> None:
                     help="caveat lines, one per line (blank lines and '#' lines skipped), after the --note ones")
     ap.add_argument("--base", default=None, help="scenario the ratios are relative to (default: the first)")
     args = ap.parse_args()
-    rows, produced = load_runs(args.sweeps)
+    short, produced = load_runs(args.sweeps)
     long, long_produced = load_runs(args.window) if args.window else ([], [])
     targets = ([float(t) for t in args.target_tps_user.split(",") if t]
                or json.loads(args.sweeps[0].read_text())["target_tps_user"])
-    ops, past = split_at_peak(rows)
+    curve_rows, windows = choose_curves(short, long)
+    ops, past = split_at_peak(curve_rows)
     payload = sweep_payload(ops, targets, args.base)
-    payload.update(runs=rows, past_peak=past, window_runs=long,
+    label_windows(payload, windows, {curve_key(r) for r in past})
+    payload.update(runs=short, past_peak=past, window_runs=long,
                    produced_by=[*args.command, *produced, *long_produced])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sweep.json").write_text(json.dumps(payload, indent=1, default=float) + "\n")
-    plot_frontiers(payload["curves"], args.out / "sweep-frontier.png", payload["target_tps_user"], long,
-                   "hollow: the peak point over the 900 s window")
-    plot_by_lanes(rows, args.out / "sweep-lanes.png", long, "hollow: 900 s window")
+    drawn = {curve_key(r) for r in long if windows[curve_key(r)] == r["window_s"]}
+    plot_frontiers(payload["curves"], args.out / "sweep-frontier.png", payload["target_tps_user"],
+                   [r for r in long if curve_key(r) not in drawn], "hollow: 900 s points of the 60 s curves")
+    plot_by_lanes(short, args.out / "sweep-lanes.png", long, "hollow: 900 s window")
     notes = [*args.note, *read_notes(args.notes_file)]
-    text = section(payload, [f"`{c}`" for c in args.command] + produced + long_produced, notes, long)
+    text = section(payload, [f"`{c}`" for c in args.command] + produced + long_produced, notes)
     write_readme(args.readme, text)
     print(text)
 

@@ -24,7 +24,7 @@ def plot_frontiers(curve_rows: Sequence[dict], path: Path, targets: Sequence[flo
         f50, f90 = c["frontier_p50"], c["frontier_p90"]
         color = colors(scenarios.index(c["scenario"]) % 10)
         marker = "osD^v<>"[policies.index(c["policy"]) % 7]
-        label = f"{c['scenario']} {c['policy']}"
+        label = f"{c['scenario']} {c['policy']}" + (f" ({c['window_s']:g} s)" if "window_s" in c else "")
         ax.plot([p["user_tps_p50"] for p in f50], [p["throughput_per_gpu"] for p in f50], marker=marker,
                 color=color, label=f"{label} P50")
         ax.plot([p["user_tps_p90"] for p in f90], [p["throughput_per_gpu"] for p in f90], marker=marker,
