@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from rackserve.kv.events import KVEvent, Publisher, Tier
 from rackserve.routing.closure import UNKNOWN_PARENT, PrefixClosure
 from rackserve.routing.index_holders import HolderKey, IndexHolders
-from rackserve.routing.index_lookup import IndexLookup
+from rackserve.routing.index_lookup import IndexLookup, RankLookup
 from rackserve.routing.view import RankId
 
 __all__ = ["HolderKey", "IndexSnapshot", "PrefixIndex"]
@@ -52,6 +52,10 @@ class PrefixIndex(IndexLookup, IndexHolders):
     simulator's rank caches and pool: stores after parents, evictions tails first), so lookups
     always take the binary search and no orphan or parent bookkeeping is kept: a store or removal
     is then a few C-level passes per event. Snapshots (`resync`) are refused in that mode.
+
+    `delegate_ranks(lookup)`: the rank HBM holders answer their prefixes themselves (the offline
+    simulator's rank LRUs bisect their own chains), so the index keeps pool holders only and takes
+    no rank_hbm events; `match` asks `lookup(block_hashes)` for the rank prefixes.
     """
 
     def __init__(self, closed_chains: bool = False) -> None:
@@ -76,6 +80,14 @@ class PrefixIndex(IndexLookup, IndexHolders):
         self._tiers_of: dict[Publisher, set[Tier]] = {}
         self._seq: dict[Publisher, int] = {}
         self._epoch: dict[Publisher, int] = {}
+        self._rank_lookup: RankLookup | None = None
+
+    def delegate_ranks(self, lookup: RankLookup) -> None:
+        """Rank prefixes come from `lookup(block_hashes) -> {rank: leading blocks held}` (ranks
+        holding none absent); rank_hbm events are refused from now on. Only before any event."""
+        if self._seq:
+            raise ValueError("delegate_ranks: the index has taken events already")
+        self._rank_lookup = lookup
 
     # ---- events -------------------------------------------------------------------------------
 
@@ -91,6 +103,8 @@ class PrefixIndex(IndexLookup, IndexHolders):
         last = self._seq.get(pub, 0)
         if event.seq <= last:
             return False
+        if self._rank_lookup is not None and event.tier == "rank_hbm":
+            raise ValueError("rank_hbm event to an index whose rank prefixes are delegated (delegate_ranks)")
         self._tiers_of.setdefault(pub, set()).add(event.tier)
         if event.seq != last + 1:
             self._mark_stale(pub)

@@ -16,6 +16,7 @@ from rackserve.routing.index_pool import POOL_IN_DRAM, POOL_IN_HBM
 from rackserve.routing.match import PrefixMatch
 from rackserve.routing.view import RankId
 
+RankLookup = Callable[[Sequence[int]], dict[RankId, int]]  # hashes -> leading blocks per rank
 _CHUNK = 32  # blocks looked up per C-level map() call while searching for the first miss
 _KEYS_MEMO = 4096  # rank bit sets remembered by _record_drops before the memo starts over
 
@@ -26,6 +27,7 @@ class IndexLookup:
     _stale_bits: int
     _rank_key: dict[int, RankId]
     _keys_of: dict[int, tuple[RankId, ...]]
+    _rank_lookup: RankLookup | None  # rank prefixes answered by their holders (delegate_ranks)
     prefix_closed: bool  # a property of PrefixIndex: True when the binary searches are exact
 
     def match(
@@ -39,12 +41,15 @@ class IndexLookup:
 
         exact_walk forces the block-by-block walk (for tests comparing the two paths).
         """
-        if self.prefix_closed and not exact_walk:
+        closed = self.prefix_closed and not exact_walk
+        if self._rank_lookup is not None:
+            ranks = self._rank_lookup(block_hashes)
+        elif closed:
             ranks = self._rank_prefixes_search(block_hashes)
-            pool = self._pool_runs_search(block_hashes, {0, *ranks.values()})
         else:
             ranks = self._rank_prefixes_walk(block_hashes)
-            pool = self._pool_runs_walk(block_hashes, {0, *ranks.values()})
+        starts = {0, *ranks.values()}
+        pool = self._pool_runs_search(block_hashes, starts) if closed else self._pool_runs_walk(block_hashes, starts)
         return PrefixMatch(block_size, prompt_tokens, ranks, pool)
 
     def _rank_prefixes_search(self, hashes: Sequence[int]) -> dict[RankId, int]:

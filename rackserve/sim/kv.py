@@ -1,7 +1,8 @@
 """The simulated cluster's KV: each prefill rank's HBM prefix cache, the rack pool, the router index.
 
-Every change a cache or the pool makes is published as KV events and applied to the router's
-prefix index at once (zero event lag). Pool traffic takes time on its paths (sim/pool_paths.py): a
+Every change the pool makes is published as KV events and applied to the router's prefix index at
+once (zero event lag); the router asks the rank caches for their prefixes directly (the index
+delegates rank lookups to them: no per-block copy of each rank's LRU). Pool traffic takes time on its paths (sim/pool_paths.py): a
 rank's fetch of pooled blocks finishes when its bytes have crossed, and a put's blocks enter the pool
 (and the index) only when its write commits, so a turn arriving meanwhile misses them. Tokens
 computed again because their blocks were lost are counted by the tier that lost them ("in_flight":
@@ -15,7 +16,6 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from itertools import islice
 
-from rackserve.kv.events import EventSequencer, KVEvent, Publisher
 from rackserve.kv.pool_tiers import PoolLimits, PoolTiers
 from rackserve.routing.index import PrefixIndex
 from rackserve.routing.view import PrefixHit, RankId
@@ -25,13 +25,14 @@ from rackserve.sim.pool_paths import PoolPaths
 
 class RankCache:
     """LRU set of block hashes in one rank's HBM. Stores touch a chain back to front, so the chain's
-    head is most recent and eviction takes tails first (prefixes stay matchable)."""
+    head is most recent and eviction takes tails first (prefixes stay matchable). The router asks
+    the cache itself for a request's prefix (`match`: the index delegates rank prefixes to it), so
+    a store publishes no events."""
 
-    def __init__(self, capacity_blocks: int, publisher: Publisher) -> None:
+    def __init__(self, capacity_blocks: int) -> None:
         self.capacity = capacity_blocks
         self.evictions = 0
         self.lru: OrderedDict[int, None] = OrderedDict()
-        self._seq = EventSequencer(publisher)
 
     def __len__(self) -> int:
         return len(self.lru)
@@ -54,23 +55,20 @@ class RankCache:
                 hi = mid
         return lo
 
-    def store(self, hashes: Sequence[int], parent: int | None) -> list[KVEvent]:
+    def store(self, hashes: Sequence[int]) -> tuple[int, ...]:
+        """Hold (and touch) a chain; returns the keys evicted to make room, least recent first."""
         lru = self.lru
         n = self.match(hashes)  # held: a prefix (see match); the rest is new
-        new = tuple(hashes[n:])
-        lru.update(dict.fromkeys(reversed(new)))
+        if n < len(hashes):
+            lru.update(dict.fromkeys(reversed(hashes[n:])))
         deque(map(lru.move_to_end, reversed(hashes[:n])), maxlen=0)  # touch the held prefix, in C
-        events = []
-        if new:
-            new_parent = parent if n == 0 else hashes[n - 1]
-            events.append(self._seq.make("stored", "rank_hbm", new, new_parent))
         excess = len(lru) - self.capacity
-        if excess > 0:
-            gone = tuple(islice(lru, excess))  # least recent first, as popitem(last=False) would take them
-            deque(map(lru.__delitem__, gone), maxlen=0)
-            self.evictions += excess
-            events.append(self._seq.make("removed", "rank_hbm", tuple(gone)))
-        return events
+        if excess <= 0:
+            return ()
+        gone = tuple(islice(lru, excess))  # least recent first, as popitem(last=False) would take them
+        deque(map(lru.__delitem__, gone), maxlen=0)
+        self.evictions += excess
+        return gone
 
 
 class ClusterKV:
@@ -78,9 +76,11 @@ class ClusterKV:
                  block_bytes: int, index: PrefixIndex, paths: PoolPaths | None = None) -> None:
         self.block_tokens = block_tokens
         self.block_bytes = block_bytes
-        self.caches = {key: RankCache(n, Publisher(key[0], key[1])) for key, n in cache_blocks.items()}
+        self.caches = {key: RankCache(n) for key, n in cache_blocks.items()}
+        self._lrus = tuple((key, c.lru, c.match) for key, c in self.caches.items())
         self.pool = PoolTiers(pool)
         self.index = index
+        index.delegate_ranks(self.rank_prefixes)  # the rank caches answer for themselves
         self.paths = paths
         self.recomputed_tokens: dict[str, int] = {"rank_hbm": 0, "pool_hbm": 0, "pool_dram": 0, "in_flight": 0}
         self._commits: list[tuple[float, int]] = []  # (finish time, txn) of puts still crossing
@@ -100,6 +100,14 @@ class ClusterKV:
         self._publish_pool()
 
     # ---- reads --------------------------------------------------------------------------------
+    def rank_prefixes(self, hashes: Sequence[int]) -> dict[RankId, int]:
+        """Leading keys of `hashes` each rank holds (ranks holding none absent): the router's
+        rank lookup (PrefixIndex.delegate_ranks)."""
+        if not hashes:
+            return {}
+        head = hashes[0]
+        return {key: match(hashes) for key, lru, match in self._lrus if head in lru}
+
     def delivered_hit(self, rank: RankId, keys: BlockKeys, prompt_tokens: int, now: float
                       ) -> tuple[PrefixHit, float]:
         """What a rank really finds when it starts a prompt (own HBM, then committed pool blocks;
@@ -164,11 +172,9 @@ class ClusterKV:
         pool (the keys it computed, past the `delivered_tokens` it found, are new there), visible
         when the write commits."""
         self.advance(now)
-        events = self.caches[rank].store(keys.keys, None)
-        self.index.apply_all(events)
-        for ev in events:
-            if ev.kind == "removed":
-                self._lost.update(dict.fromkeys(self.pool.unknown(ev.block_hashes), "rank_hbm"))
+        gone = self.caches[rank].store(keys.keys)
+        if gone:
+            self._lost.update(dict.fromkeys(self.pool.unknown(gone), "rank_hbm"))
         first = delivered_tokens // (self.block_tokens * keys.group)
         if not keys.keys[first:]:
             return

@@ -10,7 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rackserve.kv.block_cache import BlockCache
-from rackserve.kv.events import Publisher
+from rackserve.kv.events import KVEvent, Publisher
 from rackserve.kv.pool_tiers import BlockPut, PoolLimits, PoolTiers
 from rackserve.routing.index import PrefixIndex
 from rackserve.sim.block_keys import BlockKeys
@@ -180,13 +180,26 @@ class _Tee(PrefixIndex):
         self.closed.apply(event)
         return super().apply(event)
 
+    def delegate_ranks(self, lookup) -> None:
+        self.closed.delegate_ranks(lookup)
+        super().delegate_ranks(lookup)
+
+
+def _held_run(lru, hashes) -> int:
+    """Leading hashes a rank's LRU holds, by walking (the reference for its bisection)."""
+    n = 0
+    while n < len(hashes) and hashes[n] in lru:
+        n += 1
+    return n
+
 
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(sim_ops, st.integers(2, 6), st.integers(2, 6), st.integers(1, 2))
 def test_closed_chains_index_equals_the_general_one_on_simulator_kv(ops, cache_blocks, pool_blocks, group) -> None:
     """The simulator's index skips orphan bookkeeping (closed_chains): on the simulator's own KV
-    events (rank evictions, pool demotions and drops) the general index stays prefix-closed, so
-    the promise holds, and both hold the same blocks and answer every match alike."""
+    events (pool demotions and drops) the general index stays prefix-closed, so the promise holds,
+    and both hold the same blocks and answer every match alike. Rank prefixes come from the rank
+    caches (delegate_ranks): each rank's answer is its leading held run, found by walking."""
     ranks = [("prefill-0", 0), ("prefill-0", 1)]
     limits = PoolLimits(pool_blocks * BLOCK, pool_blocks * BLOCK, 100 * BLOCK, 0.9, 0.5, 1e18)
     index = _Tee()
@@ -201,8 +214,18 @@ def test_closed_chains_index_equals_the_general_one_on_simulator_kv(ops, cache_b
         assert index.closed.snapshot() == index.snapshot()
         for p in every_prefix(seen):
             hashes = list(BlockKeys.of(chain(p), group).keys)
-            assert index.closed.match(hashes, BLOCK_TOKENS, len(p) * BLOCK_TOKENS) == index.match(
-                hashes, BLOCK_TOKENS, len(p) * BLOCK_TOKENS)
+            got = index.closed.match(hashes, BLOCK_TOKENS, len(p) * BLOCK_TOKENS)
+            assert got == index.match(hashes, BLOCK_TOKENS, len(p) * BLOCK_TOKENS)
+            runs = {key: _held_run(kv.caches[key].lru, hashes) for key in ranks}
+            assert got.rank_blocks == {key: n for key, n in runs.items() if n}
+            assert set(got.pool_runs) == {0, *got.rank_blocks.values()}
+
+
+def test_an_index_with_delegated_ranks_refuses_rank_events() -> None:
+    index = PrefixIndex(closed_chains=True)
+    index.delegate_ranks(lambda hashes: {})
+    with pytest.raises(ValueError, match="delegate"):
+        index.apply(KVEvent("stored", Publisher("prefill-0", 0), 1, "rank_hbm", (1, 2)))
 
 
 def test_closed_chains_index_refuses_snapshots() -> None:
