@@ -80,10 +80,9 @@ def token_bundle(
     LM head, and, with the expert-load model, the whole MoE part): memoized on those counts, since
     a simulator's steps repeat the same counts many times."""
     key = None
-    if expert_tokens is None:
+    if expert_tokens is None:  # the all-token counts (tokens_full) matter only with an expert load
         extra = seqs.tobytes() if (phase == "prefill" and gi == 0) else b""
-        full = tokens_full.tobytes() if gi == 1 else b""
-        key = (phase, lay.key, gi, tokens.tobytes(), extra, full)
+        key = (phase, lay.key, gi, tokens.tobytes(), extra)
         hit = ctx.memo.get(key)
         if hit is not None:
             return hit

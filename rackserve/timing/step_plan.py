@@ -350,6 +350,9 @@ def _decode_step(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer
     the batch is not of that form. One concatenation, one capped reduction per rank, one matrix
     product to the per-(kernel, code) compute and memory times, one to the per-rank totals."""
     ranks = batch.ranks
+    first = ranks[0].new_tokens
+    if first.shape[0] and first[0] != 1:  # a widened MTP verify batch, a prefill-like chunk
+        return None
     news = list(map(_NEW, ranks))
     lens = list(map(len, news))
     n = sum(lens)
