@@ -12,6 +12,7 @@ salts share nothing. Tokens past the last full trace block (the partial block) a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,13 +56,53 @@ def block_ids(hash_ids: np.ndarray, salt: int, prompt_tokens: int, block_tokens:
     return next_block_ids(None, hash_ids, salt, prompt_tokens, block_tokens, scale, tail).ids
 
 
+class BlockHashes(Sequence[int]):
+    """A prompt's block ids as a read-only sequence of Python ints over their uint64 array, converted
+    where read: the simulator reads a prompt's group keys (1 in kv_block_multiple) and a few blocks
+    around its tail, so the ~1,600 ints of a 100k-token prompt are never all made (at 10,000 lanes,
+    10,000 first prompts' tuples were 5 s of start-up). Equal to (and hashed as) the tuple it stands for."""
+
+    __slots__ = ("_ids", "_tuple")
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self._ids = ids
+        self._tuple: tuple[int, ...] | None = None
+
+    def __len__(self) -> int:
+        return self._ids.shape[0]
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return tuple(self._ids[i].tolist())
+        return int(self._ids[i])
+
+    def __iter__(self):
+        return iter(self.as_tuple())
+
+    def as_tuple(self) -> tuple[int, ...]:
+        if self._tuple is None:
+            self._tuple = tuple(self._ids.tolist())
+        return self._tuple
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, BlockHashes):
+            other = other.as_tuple()
+        return isinstance(other, tuple) and self.as_tuple() == other
+
+    def __hash__(self) -> int:
+        return hash(self.as_tuple())
+
+    def __repr__(self) -> str:
+        return f"BlockHashes({len(self)} blocks)"
+
+
 @dataclass(frozen=True, eq=False)
 class BlockIds:
-    """One request's block ids (array and tuple of ints) and the trace hash ids they came from."""
+    """One request's block ids (array and sequence of ints) and the trace hash ids they came from."""
 
     hash_ids: np.ndarray
     ids: np.ndarray
-    as_tuple: tuple[int, ...]
+    as_tuple: Sequence[int]
 
 
 def _kept(prev: BlockIds, hash_ids: np.ndarray, count: int, block_tokens: int, scale: float,
@@ -80,7 +121,7 @@ def _kept(prev: BlockIds, hash_ids: np.ndarray, count: int, block_tokens: int, s
 def next_block_ids(prev: BlockIds | None, hash_ids: np.ndarray, salt: int, prompt_tokens: int,
                    block_tokens: int = 64, scale: float = 1.0, tail: int = 0,
                    common: int | None = None) -> BlockIds:  # fmt: skip
-    """`block_ids` of a request, reusing the ids (and Python ints) of `prev`, the same agent's
+    """`block_ids` of a request, reusing the ids of `prev`, the same agent's
     previous request under the same salt, for the blocks of their common trace prefix: an agentic
     turn mostly resends its predecessor, so only its new tail is mixed and converted. `common`:
     the common trace prefix with `prev` when known (Turn.shared_ids), else it is compared."""
@@ -92,10 +133,8 @@ def next_block_ids(prev: BlockIds | None, hash_ids: np.ndarray, salt: int, promp
     else:
         last = trace_block_of((j + 1) * block_tokens - 1, scale)  # its tokens depend on trace blocks <= last
     new = _mix(_content(hash_ids, last, tail), j, salt)
-    if keep == 0:
-        return BlockIds(hash_ids, new, tuple(new.tolist()))
-    ids = np.concatenate([prev.ids[:keep], new])
-    return BlockIds(hash_ids, ids, prev.as_tuple[:keep] + tuple(new.tolist()))
+    ids = new if keep == 0 else np.concatenate([prev.ids[:keep], new])
+    return BlockIds(hash_ids, ids, BlockHashes(ids))
 
 
 def prompt_token_ids(hash_ids: np.ndarray, salt: int, prompt_tokens: int, scale: float = 1.0,

@@ -28,8 +28,8 @@ Rules (data/agentx/README.md, SemiAnalysis AgentX):
   whatever the trace's hash ids share.
 
 Request fields: `session` = replay number (unique per tree), `turn` = parent step index, or
-1000 * (subagent ordinal + 1) + its turn index; `lane`; `warmup`; `block_hashes` (tuple of ints at
-the target block size) and `block_hash_array` (the same ids as uint64). `turn_ref(req_id)` gives the
+1000 * (subagent ordinal + 1) + its turn index; `lane`; `warmup`; `block_hashes` (a sequence of ints
+at the target block size, converted where read: trace_blocks.BlockHashes) and `block_hash_array` (the same ids as uint64). `turn_ref(req_id)` gives the
 (turn, salt, tail) of a request in flight so a live client can build its prompt tokens.
 """
 

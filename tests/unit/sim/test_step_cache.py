@@ -80,6 +80,25 @@ def test_the_tail_step_is_keyed_on_the_instance_and_stays_near_the_exact_batch()
     assert errors[len(errors) // 2] < 0.03 and errors[-1] < 0.15
 
 
+def test_tail_ratios_of_one_shape_but_other_tails_price_its_plain_step_once():
+    """A tail ratio's plain step (the coarse shape without tails) is memoized apart from the ratio:
+    other tails on the same batch are a new ratio but not a new plain step, and the ratio equals
+    the one a fresh memo prices."""
+    from rackserve.timing.timing_model import TimingModel
+
+    timing = TimingModel.create("vr200")
+    layout = timing.layout("wide-ep", ranks=48)
+    memo = CachedTiming(timing)
+    plain = []
+    token_time = timing.decode_token_time
+    timing.decode_token_time = lambda lay, batch: plain.append(batch) or token_time(lay, batch)
+    args = (layout, 48, 40, 400, 12, 400 * 30_000)
+    costs = [memo.decode_tail_step_time_of(*args, tails) for tails in ([17], [63, 63], [200] * 9)]
+    assert len(plain) == 2 and memo.misses == 1 + 3  # the base decode step and one plain; three ratios
+    fresh = CachedTiming(TimingModel.create("vr200"))
+    assert costs[2].total_s == fresh.decode_tail_step_time_of(*args, [200] * 9).total_s
+
+
 
 @pytest.mark.parametrize("method", ("decode_token_time", "step_time"))
 def test_a_decode_batch_not_in_busiest_first_order_gives_each_rank_its_own_busy_time(method):

@@ -32,3 +32,15 @@ def test_prompt_tokens_share_exactly_the_common_trace_prefix():
     assert a.max() < 256 and (a[:320] == b[:320]).all() and (a[320:] != b[320:]).mean() > 0.9
     tail = prompt_token_ids(IDS[:2], 3, 40, scale, tail=5)  # 32 tokens of 2 trace blocks + 8 of tail
     assert (tail[:32] == a[:32]).all() and (tail[32:] != prompt_token_ids(IDS[:2], 3, 40, scale, tail=6)[32:]).any()
+
+
+def test_block_hashes_read_as_their_tuple_without_converting_all():
+    from rackserve.sim.block_keys import BlockKeys
+
+    ids = next_block_ids(None, IDS, 7, 2560 + 3).as_tuple  # 40 blocks
+    want = tuple(block_ids(IDS, 7, 2563).tolist())
+    keys = BlockKeys.of(ids, 16)  # what the simulator reads: group keys, then blocks near the tail
+    assert keys.keys == want[15::16] + (want[-1],) and keys.n_blocks == 40
+    assert keys.refine(2, lambda h: h == want[35]) == 4 and keys.blocks[39] == want[39]
+    assert ids._tuple is None  # no tuple of all 40 ints was made
+    assert ids == want and hash(ids) == hash(want) and list(ids) == list(want) and ids[3:5] == want[3:5]
