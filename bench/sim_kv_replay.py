@@ -89,18 +89,17 @@ def replay(calls_path: str, shrink: int) -> dict:
     cpu = time.process_time()
     out = [hit(r, k, n, t) if kind == "hit" else store(r, k, n, t) for kind, r, k, n, t in calls]
     cpu = time.process_time() - cpu
-    digest = hashlib.sha256(repr((out, kv.recomputed_tokens, kv.evictions(), _holders(kv, index),
+    digest = hashlib.sha256(repr((out, kv.recomputed_tokens, kv.evictions(), _holders(kv),
                                   kv.pool.lru_order("pool_hbm"), kv.pool.lru_order("pool_dram"))).encode()).hexdigest()
     return {"cpu_s": cpu, "calls": len(calls), "digest": digest[:16], "evictions": kv.evictions()}
 
 
-def _holders(kv, index) -> list:
-    """Every holder's blocks, sorted (a frozenset's repr order depends on its insertion history):
-    pool holders from the index, rank holders from the rank caches' LRU order (a tree whose index
-    still copies the ranks holds the same blocks there)."""
-    pools = [(k, sorted(v)) for k, v in index.snapshot().blocks.items() if k[2] != "rank_hbm"]
+def _holders(kv) -> list:
+    """Every holder's blocks as the caches and the pool hold them (what the router's index answers
+    from: a tree whose index still copies them holds the same blocks there): each rank's LRU order
+    and each pool tier's blocks sorted (the tiers' LRU orders are in the digest beside this)."""
     ranks = [((r[0], r[1], "rank_hbm"), list(c.lru)) for r, c in kv.caches.items() if len(c)]
-    return sorted(pools) + sorted(ranks)
+    return sorted(ranks) + [(t, sorted(kv.pool.lru_order(t))) for t in ("pool_hbm", "pool_dram")]
 
 
 def compare(args) -> None:

@@ -12,8 +12,12 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
+from operator import attrgetter
 
 from rackserve.kv.pool_limits import POOL_TIERS, PoolTier
+
+_FIRST_CHUNK = 64  # blocks of a tier's LRU front read per chunk by eviction, then doubling
 
 
 @dataclass(slots=True)
@@ -24,6 +28,9 @@ class StoredBlock:
     owner: str
     tier: PoolTier
     parent_hash: int | None  # the block before this one in its chain (None = a chain's root)
+
+
+_HASH = attrgetter("block_hash")
 
 
 class PoolChains:
@@ -186,7 +193,7 @@ class PoolChains:
         `keep(hash)` protects a block (a read lease)."""
         within = tier if demote else None
         waiting: set[int] = set()  # passed over while they had children
-        for block in self.blocks(tier):
+        for block in self._front(tier):
             if block.tier != tier or self.get(block.block_hash) is not block or keep(block.block_hash):
                 continue
             if not self.is_leaf(block, within):
@@ -202,6 +209,20 @@ class PoolChains:
                 parent = up.parent_hash
                 yield up
 
+    def _front(self, tier: PoolTier) -> Iterator[StoredBlock]:
+        """The tier's blocks in LRU order as they stood at the first call, read in growing chunks
+        (an eviction looks at a few of them; copying a tier of millions per eviction did not pay).
+        Exact while blocks only leave the tier meanwhile (eviction adds none to the tier it
+        walks): the blocks looked at and still there are then the tier's first `passed`."""
+        lru, seen, passed, size = self._lru[tier], [], 0, _FIRST_CHUNK
+        while True:
+            chunk = list(islice(lru.values(), passed, passed + size))
+            if not chunk:
+                return
+            yield from chunk
+            seen += map(_HASH, chunk)
+            passed = sum(map(lru.__contains__, seen))  # earlier ones may have gone since, too
+            size *= 2
 
 def _leading_run(hashes: Sequence[int], hi: int, members: Container[int]) -> int:
     """Length of the leading run of hashes[:hi] that are in `members`, by bisection (the run is

@@ -97,6 +97,11 @@ class PoolTiers(PoolPut):
         self.expire(now)
         return self._chains.stored_prefix(chain)
 
+    def held_prefix(self, chain: Sequence[int]) -> tuple[int, int]:
+        """`stored_prefix` as the pool stands (no expiry first): a router's lookup between the
+        pool's own calls (the simulator's index delegates its pool lookups here)."""
+        return self._chains.stored_prefix(chain)
+
     def usage(self, tier: PoolTier) -> TierUsage:
         blocks = self._chains.blocks(tier)
         return TierUsage(len(blocks), sum(b.size for b in blocks), sum(b.charge for b in blocks),

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from rackserve.kv.events import KVEvent, Publisher, Tier
 from rackserve.routing.closure import UNKNOWN_PARENT, PrefixClosure
 from rackserve.routing.index_holders import HolderKey, IndexHolders
-from rackserve.routing.index_lookup import IndexLookup, RankLookup
+from rackserve.routing.index_lookup import IndexLookup, PoolLookup, RankLookup
 from rackserve.routing.view import RankId
 
 __all__ = ["HolderKey", "IndexSnapshot", "PrefixIndex"]
@@ -53,9 +53,10 @@ class PrefixIndex(IndexLookup, IndexHolders):
     always take the binary search and no orphan or parent bookkeeping is kept: a store or removal
     is then a few C-level passes per event. Snapshots (`resync`) are refused in that mode.
 
-    `delegate_ranks(lookup)`: the rank HBM holders answer their prefixes themselves (the offline
-    simulator's rank LRUs bisect their own chains), so the index keeps pool holders only and takes
-    no rank_hbm events; `match` asks `lookup(block_hashes)` for the rank prefixes.
+    `delegate_ranks(lookup)` / `delegate_pool(lookup)`: the holders answer their prefixes
+    themselves (the offline simulator's rank LRUs and pool bisect their own chains, with no event
+    lag), so the index keeps no per-block copy of them and refuses their events; `match` asks
+    the lookups instead.
     """
 
     def __init__(self, closed_chains: bool = False) -> None:
@@ -81,6 +82,7 @@ class PrefixIndex(IndexLookup, IndexHolders):
         self._seq: dict[Publisher, int] = {}
         self._epoch: dict[Publisher, int] = {}
         self._rank_lookup: RankLookup | None = None
+        self._pool_lookup: PoolLookup | None = None
 
     def delegate_ranks(self, lookup: RankLookup) -> None:
         """Rank prefixes come from `lookup(block_hashes) -> {rank: leading blocks held}` (ranks
@@ -88,6 +90,14 @@ class PrefixIndex(IndexLookup, IndexHolders):
         if self._seq:
             raise ValueError("delegate_ranks: the index has taken events already")
         self._rank_lookup = lookup
+
+    def delegate_pool(self, lookup: PoolLookup) -> None:
+        """The pool's prefix comes from `lookup(block_hashes) -> (leading blocks in the pool, of
+        which in pool_hbm)` (a prefix-closed pool whose tiers only slow down along a chain); pool
+        events are refused from now on. Only before any event."""
+        if self._seq:
+            raise ValueError("delegate_pool: the index has taken events already")
+        self._pool_lookup = lookup
 
     # ---- events -------------------------------------------------------------------------------
 
@@ -103,8 +113,8 @@ class PrefixIndex(IndexLookup, IndexHolders):
         last = self._seq.get(pub, 0)
         if event.seq <= last:
             return False
-        if self._rank_lookup is not None and event.tier == "rank_hbm":
-            raise ValueError("rank_hbm event to an index whose rank prefixes are delegated (delegate_ranks)")
+        if (self._rank_lookup if event.tier == "rank_hbm" else self._pool_lookup) is not None:
+            raise ValueError(f"{event.tier} event to an index that delegates those prefixes (delegate_ranks/_pool)")
         self._tiers_of.setdefault(pub, set()).add(event.tier)
         if event.seq != last + 1:
             self._mark_stale(pub)

@@ -17,6 +17,7 @@ from rackserve.routing.match import PrefixMatch
 from rackserve.routing.view import RankId
 
 RankLookup = Callable[[Sequence[int]], dict[RankId, int]]  # hashes -> leading blocks per rank
+PoolLookup = Callable[[Sequence[int]], tuple[int, int]]  # hashes -> (leading pool blocks, of them pool_hbm)
 _CHUNK = 32  # blocks looked up per C-level map() call while searching for the first miss
 _KEYS_MEMO = 4096  # rank bit sets remembered by _record_drops before the memo starts over
 
@@ -28,6 +29,7 @@ class IndexLookup:
     _rank_key: dict[int, RankId]
     _keys_of: dict[int, tuple[RankId, ...]]
     _rank_lookup: RankLookup | None  # rank prefixes answered by their holders (delegate_ranks)
+    _pool_lookup: PoolLookup | None  # the pool's prefix answered by the pool (delegate_pool)
     prefix_closed: bool  # a property of PrefixIndex: True when the binary searches are exact
 
     def match(
@@ -49,7 +51,12 @@ class IndexLookup:
         else:
             ranks = self._rank_prefixes_walk(block_hashes)
         starts = {0, *ranks.values()}
-        pool = self._pool_runs_search(block_hashes, starts) if closed else self._pool_runs_walk(block_hashes, starts)
+        if self._pool_lookup is not None:
+            pool = _runs_from_ends(*self._pool_lookup(block_hashes), starts)
+        elif closed:
+            pool = self._pool_runs_search(block_hashes, starts)
+        else:
+            pool = self._pool_runs_walk(block_hashes, starts)
         return PrefixMatch(block_size, prompt_tokens, ranks, pool)
 
     def _rank_prefixes_search(self, hashes: Sequence[int]) -> dict[RankId, int]:
@@ -81,11 +88,7 @@ class IndexLookup:
         # HBM tier holds [0, end_hbm) with end_hbm <= end_any.
         end_any = _first_without(self._pool.get, hashes, POOL_IN_HBM | POOL_IN_DRAM, len(hashes))
         end_hbm = _first_without(self._pool.get, hashes, POOL_IN_HBM, end_any)
-        out: dict[int, tuple[int, int]] = {}
-        for s in starts:
-            in_hbm = max(0, end_hbm - s)
-            out[s] = (in_hbm, max(0, end_any - s) - in_hbm)
-        return out
+        return _runs_from_ends(end_any, end_hbm, starts)
 
     def _rank_prefixes_walk(self, hashes: Sequence[int]) -> dict[RankId, int]:
         masks = _until_miss(self._rank.get, hashes, 0)
@@ -133,6 +136,16 @@ class IndexLookup:
             keys.append(self._rank_key[low.bit_length() - 1])
             bits ^= low
         return tuple(keys)
+
+
+def _runs_from_ends(end_any: int, end_hbm: int, starts: set[int]) -> dict[int, tuple[int, int]]:
+    """Pool runs from each start of a chain whose blocks [0, end_any) are pooled, [0, end_hbm) in
+    pool_hbm: start -> (pool_hbm blocks, pool_dram blocks)."""
+    out: dict[int, tuple[int, int]] = {}
+    for s in starts:
+        in_hbm = max(0, end_hbm - s)
+        out[s] = (in_hbm, max(0, end_any - s) - in_hbm)
+    return out
 
 
 def _first_without(

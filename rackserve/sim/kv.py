@@ -1,8 +1,8 @@
 """The simulated cluster's KV: each prefill rank's HBM prefix cache, the rack pool, the router index.
 
-Every change the pool makes is published as KV events and applied to the router's prefix index at
-once (zero event lag); the router asks the rank caches for their prefixes directly (the index
-delegates rank lookups to them: no per-block copy of each rank's LRU). Pool traffic takes time on its paths (sim/pool_paths.py): a
+The router's prefix index asks the rank caches and the pool for a request's prefix directly (it
+delegates both lookups: zero event lag, and no per-block copy of their contents in the index); the
+pool's KV events are still drained, for the blocks it dropped. Pool traffic takes time on its paths (sim/pool_paths.py): a
 rank's fetch of pooled blocks finishes when its bytes have crossed, and a put's blocks enter the pool
 (and the index) only when its write commits, so a turn arriving meanwhile misses them. Tokens
 computed again because their blocks were lost are counted by the tier that lost them ("in_flight":
@@ -80,7 +80,8 @@ class ClusterKV:
         self._lrus = tuple((key, c.lru, c.match) for key, c in self.caches.items())
         self.pool = PoolTiers(pool)
         self.index = index
-        index.delegate_ranks(self.rank_prefixes)  # the rank caches answer for themselves
+        index.delegate_ranks(self.rank_prefixes)  # the rank caches and the pool answer for themselves
+        index.delegate_pool(self.pool.held_prefix)
         self.paths = paths
         self.recomputed_tokens: dict[str, int] = {"rank_hbm": 0, "pool_hbm": 0, "pool_dram": 0, "in_flight": 0}
         self._commits: list[tuple[float, int]] = []  # (finish time, txn) of puts still crossing
@@ -208,8 +209,7 @@ class ClusterKV:
         self._publish_pool()
 
     def _publish_pool(self) -> None:
-        events, dropped = self.pool.drain()
-        self.index.apply_all(events)
+        events, dropped = self.pool.drain()  # numbered, not indexed: the index asks the pool itself
         if dropped:
             from_dram = {h for ev in events if ev.kind == "removed" and ev.tier == "pool_dram" for h in ev.block_hashes}
             for h in dropped:

@@ -169,20 +169,28 @@ def test_simulator_kv_is_prefix_closed(ops, cache_blocks, pool_blocks) -> None:
         assert_prefix_closed(lambda p: kv.pool.tier_of(chain(p)[-1]) is not None, seen)
 
 
-class _Tee(PrefixIndex):
-    """An index that also feeds every event to a `closed_chains` index (the simulator's)."""
+class _Tapped(ClusterKV):
+    """The simulator's KV that also feeds its pool's events to a general and a closed_chains index
+    (what the router's index held before it delegated its lookups to the caches and the pool)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.closed = PrefixIndex(closed_chains=True)
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.general, self.closed = PrefixIndex(), PrefixIndex(closed_chains=True)
 
-    def apply(self, event) -> bool:
-        self.closed.apply(event)
-        return super().apply(event)
+    def _publish_pool(self) -> None:
+        drain = self.pool.drain
 
-    def delegate_ranks(self, lookup) -> None:
-        self.closed.delegate_ranks(lookup)
-        super().delegate_ranks(lookup)
+        def tapped():
+            events, dropped = drain()
+            self.general.apply_all(events)
+            self.closed.apply_all(events)
+            return events, dropped
+
+        self.pool.drain = tapped
+        try:
+            super()._publish_pool()
+        finally:
+            del self.pool.drain
 
 
 def _held_run(lru, hashes) -> int:
@@ -195,37 +203,45 @@ def _held_run(lru, hashes) -> int:
 
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(sim_ops, st.integers(2, 6), st.integers(2, 6), st.integers(1, 2))
-def test_closed_chains_index_equals_the_general_one_on_simulator_kv(ops, cache_blocks, pool_blocks, group) -> None:
-    """The simulator's index skips orphan bookkeeping (closed_chains): on the simulator's own KV
-    events (pool demotions and drops) the general index stays prefix-closed, so the promise holds,
-    and both hold the same blocks and answer every match alike. Rank prefixes come from the rank
-    caches (delegate_ranks): each rank's answer is its leading held run, found by walking."""
+def test_delegated_lookups_equal_an_index_fed_every_event_on_simulator_kv(ops, cache_blocks, pool_blocks, group) -> None:
+    """The simulator's router index delegates its lookups (rank caches and pool bisect their own
+    chains). On the simulator's own KV (rank evictions, pool demotions and drops) its answers equal
+    a general index's and a closed_chains index's fed with every pool event, with each rank's
+    prefix its leading held run found by walking; the general index stays prefix-closed, so the
+    closed_chains promise holds and both hold the same blocks."""
     ranks = [("prefill-0", 0), ("prefill-0", 1)]
     limits = PoolLimits(pool_blocks * BLOCK, pool_blocks * BLOCK, 100 * BLOCK, 0.9, 0.5, 1e18)
-    index = _Tee()
-    kv = ClusterKV(dict.fromkeys(ranks, cache_blocks), limits, BLOCK_TOKENS, BLOCK, index)
+    index = PrefixIndex(closed_chains=True)
+    kv = _Tapped(dict.fromkeys(ranks, cache_blocks), limits, BLOCK_TOKENS, BLOCK, index)
     seen: set[tuple[int, ...]] = set()
     for t, (rank, path) in enumerate(ops):
         seen.add(path)
         keys = BlockKeys.of(chain(path), group)
         hit, _ = kv.delivered_hit(ranks[rank], keys, len(path) * BLOCK_TOKENS + 1, float(t))
         kv.store(ranks[rank], keys, hit.rank_hbm + hit.pool_hbm + hit.pool_dram, float(t))
-        assert index.prefix_closed and index.closed.prefix_closed
-        assert index.closed.snapshot() == index.snapshot()
+        assert kv.general.prefix_closed and kv.closed.prefix_closed
+        assert kv.closed.snapshot() == kv.general.snapshot()
+        assert len(index) == 0  # no per-block copy
         for p in every_prefix(seen):
             hashes = list(BlockKeys.of(chain(p), group).keys)
-            got = index.closed.match(hashes, BLOCK_TOKENS, len(p) * BLOCK_TOKENS)
-            assert got == index.match(hashes, BLOCK_TOKENS, len(p) * BLOCK_TOKENS)
+            got = index.match(hashes, BLOCK_TOKENS, len(p) * BLOCK_TOKENS)
             runs = {key: _held_run(kv.caches[key].lru, hashes) for key in ranks}
             assert got.rank_blocks == {key: n for key, n in runs.items() if n}
+            for ref in (kv.general, kv.closed):  # the pooled run from 0, cut at each start
+                in_hbm, in_dram = ref.match(hashes, BLOCK_TOKENS, len(p) * BLOCK_TOKENS, exact_walk=True).pool_runs[0]
+                assert got.pool_runs == {s: (max(0, in_hbm - s), max(0, in_hbm + in_dram - s) - max(0, in_hbm - s))
+                                         for s in got.pool_runs}
             assert set(got.pool_runs) == {0, *got.rank_blocks.values()}
 
 
-def test_an_index_with_delegated_ranks_refuses_rank_events() -> None:
+def test_an_index_that_delegates_refuses_those_events() -> None:
     index = PrefixIndex(closed_chains=True)
     index.delegate_ranks(lambda hashes: {})
     with pytest.raises(ValueError, match="delegate"):
         index.apply(KVEvent("stored", Publisher("prefill-0", 0), 1, "rank_hbm", (1, 2)))
+    index.delegate_pool(lambda hashes: (0, 0))
+    with pytest.raises(ValueError, match="delegate"):
+        index.apply(KVEvent("stored", Publisher("pool", 0), 1, "pool_hbm", (1, 2)))
 
 
 def test_closed_chains_index_refuses_snapshots() -> None:
