@@ -21,7 +21,7 @@ from rackserve.kv.pool_messages import BlockPut, PoolCounters, PutStatus, Reserv
 from rackserve.kv.pool_outbox import PoolOutbox
 
 _TIER_INDEX = {t: i for i, t in enumerate(POOL_TIERS)}
-_CHARGE, _TXN = attrgetter("charge"), attrgetter("txn")
+_CHARGE, _TXN, _BLOCK, _PARENT = attrgetter("charge"), attrgetter("txn"), attrgetter("block"), attrgetter("parent_hash")
 
 
 @dataclass(slots=True)
@@ -214,8 +214,8 @@ class PoolPut:
         items = list(map(pending_of.get, chain))
         if None in items or not all(map(txn.__eq__, map(_TXN, items))):
             return None
-        blocks = [p.block for p in items]
-        parents = [b.parent_hash for b in blocks]
+        blocks = list(map(_BLOCK, items))
+        parents = list(map(_PARENT, blocks))
         if parents[1:] != chain[:-1]:
             return None
         first = parents[0]

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from rackserve.kv import pool_chains
 from rackserve.kv.pool_tiers import BlockPut, PoolTiers
 from rackserve.sim.kv import pool_limits
 
@@ -120,3 +121,18 @@ def test_pins_are_forgotten_once_no_put_waits(fast: bool, monkeypatch: pytest.Mo
     for txn in list(pool._txns):
         pool.commit(txn, 300.0)
     assert pool._pinned == {} and not pool._pending
+
+
+@pytest.mark.parametrize(("hbm", "dram"), [(400_000, 1_200_000), (5_000_000, 0)])
+def test_eviction_reading_the_lru_front_in_chunks_equals_a_copy_of_the_tier(
+        hbm: int, dram: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eviction walks a tier's LRU front chunk by chunk (PoolChains._front); chunks of 2, 4, 8...
+    blocks (so every eviction spans several) give the same events and orders as the whole tier
+    copied first (the walk before chunking)."""
+    limits = pool_limits(hbm, dram, 0.95, 0.85)
+    monkeypatch.setattr(pool_chains, "_FIRST_CHUNK", 2)
+    chunked = _trace(PoolTiers(limits), seed=hbm + 1)
+    monkeypatch.setattr(pool_chains.PoolChains, "_front", lambda self, tier: iter(self.blocks(tier)))
+    copied = _trace(PoolTiers(limits), seed=hbm + 1)
+    assert chunked == copied
+    assert chunked[-1][2].evictions["pool_hbm"] > 0
