@@ -216,13 +216,12 @@ class _Group:
         self.gp, self.kv, self.tc, self.tm, self.tokens, self.seqs = gp, kv, tc, tm, tokens, seqs
         self.cm = cm  # per rank (attention, indexer) compute then memory times [R, 4], when known
 
-    def compute_memory(self, ra: int) -> tuple[np.ndarray, np.ndarray]:
-        """Rank ra's (attention, indexer) compute and memory times."""
+    def cm_row(self, ra: int) -> np.ndarray:
+        """Rank ra's (attention, indexer) compute, then memory times [4]."""
         if self.cm is not None:
-            row = self.cm[ra]
-            return row[:2], row[2:]
+            return self.cm[ra]
         w = self.gp.weights
-        return self.tc[ra] @ w, self.tm[ra] @ w
+        return np.concatenate((self.tc[ra] @ w, self.tm[ra] @ w))
 
 
 def fast_step_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer) -> StepCost:
@@ -276,7 +275,7 @@ def _prefill_group(plan: StepPlan, gi: int, gp: GroupPlan, ranks) -> _Group:
                 plan.memo.clear()
             plan.memo[key] = row
         rows.append(row)
-    r = np.vstack(rows)  # [R, 2 + 4 + 2]: kv times, compute/memory times, tokens, seqs
+    r = np.concatenate(rows).reshape(len(rows), -1)  # [R, 2 + 4 + 2]: kv times, compute/memory times, tokens, seqs
     return _Group(gp, r[:, :2], None, None, r[:, 6], r[:, 7], r[:, 2:6])
 
 
@@ -445,7 +444,9 @@ def _decode_entry(ctx: CostContext, plan: StepPlan, lens: list[int], expert_toke
 
 
 def _assemble(groups, bundles: list[Bundle], transfer, lay: Layout) -> StepCost:
-    kv = groups[0].kv if len(groups) == 1 else sum(g.kv for g in groups)
+    kv = groups[0].kv
+    for g in groups[1:]:
+        kv = kv + g.kv
     attn = kv[:, 0] + kv[:, 1]
     if transfer is not None:
         attn = attn + transfer
@@ -454,14 +455,14 @@ def _assemble(groups, bundles: list[Bundle], transfer, lay: Layout) -> StepCost:
         attn = attn + b.attn_total
     for b in bundles[1:]:
         moe = moe + b.moe_total
-    if attn.max() <= 0 and moe.max() <= 0:
-        return StepCost(0.0, {}, (0.0,) * lay.dp, {})
     ra = int(attn.argmax())
+    if attn[ra] <= 0 and moe.max() <= 0:
+        return StepCost(0.0, {}, (0.0,) * lay.dp, {})
     a_t, i_t = kv[ra].tolist()
-    a_c = i_c = a_m = i_m = 0.0
-    for g in groups:
-        c, mm = g.compute_memory(ra)
-        a_c, i_c, a_m, i_m = a_c + c[0], i_c + c[1], a_m + mm[0], i_m + mm[1]
+    cm = groups[0].cm_row(ra)
+    for g in groups[1:]:
+        cm = cm + g.cm_row(ra)
+    a_c, i_c, a_m, i_m = cm.tolist()
     breakdown = {"attention": a_t}
     bound = {"attention": "compute" if a_c > a_m else "memory"}
     if any(g.gp.has_indexer for g in groups):
