@@ -6,6 +6,9 @@ All functions accept numpy arrays for the row count (vectorized over ranks) as w
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from rackserve.timing.spec import DTYPE_BYTES, HardwareSpec
@@ -49,25 +52,74 @@ def gemm_time(
     Weight streaming is capped by how many CTAs stream at once: an output of few tiles keeps few SMs
     busy (each pulls at most per_sm_bw) unless split-K spreads K over the idle SMs.
     """
+    c = _gemm_constants(hw, n, k, weight_dtype, math_dtype, groups, cluster_split_k, domain)
+    m = np.asarray(m, dtype=np.float64)
+    # flops = 2 m n k groups, bytes = groups (k n w + m k act + m n 2): integers (and multiples of
+    # 1/32) far below 2**53, so m times the constants is exact, as the products were
+    flops = m * c.flops_per_row
+    bytes_ = c.weight_bytes + m * c.bytes_per_row
+    if c.bw is not None:  # cluster split-K: every SM streams, whatever the rows
+        bw = c.bw
+    else:
+        ctas = np.maximum(np.ceil(np.maximum(m, 1.0) / CTA_TILE) * c.col_tiles, c.split_ctas)
+        stream_bw = np.minimum(ctas, hw.sm_count) * hw.microarch.per_sm_bw_bytes_per_s
+        bw = np.minimum(c.bw_cap, stream_bw)
+    t_c = flops / c.peak
+    t_m = bytes_ / bw
+    busy = m > 0  # no rows, no kernel
+    return (np.maximum(t_c, t_m) + hw.microarch.kernel_overhead_s) * busy, t_c * busy, t_m * busy
+
+
+@dataclass(frozen=True)
+class _GemmConstants:
+    flops_per_row: Any
+    weight_bytes: Any
+    bytes_per_row: Any
+    col_tiles: Any
+    split_ctas: Any  # library split-K's CTAs: a floor on the CTAs
+    bw_cap: float
+    bw: Any  # the bandwidth where it does not depend on the rows (cluster split-K), else None
+    peak: float
+
+
+_GEMM_CONSTANTS: dict[tuple, tuple[HardwareSpec, _GemmConstants]] = {}
+
+
+def _gemm_constants(hw, n, k, weight_dtype, math_dtype, groups, cluster_split_k, domain) -> _GemmConstants:
+    """gemm_time's row-independent terms, memoized per (hardware, shapes, dtypes, switches)."""
+    key = (id(hw), _key(n), _key(k), weight_dtype, math_dtype, _key(groups), cluster_split_k, domain)
+    hit = _GEMM_CONSTANTS.get(key)
+    if hit is not None and hit[0] is hw:  # identity, so a recycled id never matches
+        return hit[1]
     math = math_dtype or ("bf16" if weight_dtype == "bf16" else "fp8")
     act = 1.0 if math in ("fp8", "fp4") else 2.0
-    m = np.asarray(m, dtype=np.float64)
-    flops = 2.0 * m * n * k * groups
-    bytes_ = groups * (k * n * hw.stored_bytes(weight_dtype) + m * k * act + m * n * 2.0)
     col_tiles = np.ceil(np.asarray(n, dtype=np.float64) / CTA_TILE) * groups
-    ctas = np.ceil(np.maximum(m, 1.0) / CTA_TILE) * col_tiles
     # library split-K (cuBLAS-like, as calibrated on the H200): K in 256-deep slices, at most one CTA
     # per SM; cluster split-K (the Rubin decode GEMM) always spreads the weights over every SM
-    ctas = np.maximum(
-        ctas, np.minimum(hw.sm_count, col_tiles * np.maximum(1, np.asarray(k) // 256))
-    )
+    split_ctas = np.minimum(hw.sm_count, col_tiles * np.maximum(1, np.asarray(k) // 256))
+    bw_cap = hw.hbm_bw_bytes_per_s * hw.efficiency.gemm_memory * domain
+    bw = None
     if cluster_split_k:
-        ctas = np.maximum(ctas, hw.sm_count)
-    stream_bw = np.minimum(ctas, hw.sm_count) * hw.microarch.per_sm_bw_bytes_per_s
-    bw = np.minimum(hw.hbm_bw_bytes_per_s * hw.efficiency.gemm_memory * domain, stream_bw)
-    t, t_c, t_m = roofline(flops, bytes_, hw.peak(math) * hw.gemm_eff(math), bw)
-    busy = m > 0  # no rows, no kernel
-    return (t + hw.microarch.kernel_overhead_s) * busy, t_c * busy, t_m * busy
+        ctas = np.maximum(split_ctas, hw.sm_count)
+        bw = np.minimum(bw_cap, np.minimum(ctas, hw.sm_count) * hw.microarch.per_sm_bw_bytes_per_s)
+    c = _GemmConstants(
+        flops_per_row=2.0 * n * k * groups,
+        weight_bytes=groups * (k * n * hw.stored_bytes(weight_dtype)),
+        bytes_per_row=groups * (k * act + n * 2.0),
+        col_tiles=col_tiles,
+        split_ctas=split_ctas,
+        bw_cap=bw_cap,
+        bw=bw,
+        peak=hw.peak(math) * hw.gemm_eff(math),
+    )
+    if len(_GEMM_CONSTANTS) > 4096:
+        _GEMM_CONSTANTS.clear()
+    _GEMM_CONSTANTS[key] = (hw, c)
+    return c
+
+
+def _key(x) -> object:
+    return (x.shape, x.tobytes()) if isinstance(x, np.ndarray) else x
 
 
 def pipeline_bw_scale(hw: HardwareSpec, stages: int, base_stages: int = 7) -> float:
