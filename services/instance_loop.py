@@ -172,6 +172,10 @@ class InstanceLoop:
                         self.spec.name, r, step.emitted, self.sim_now_s, cost.total_s, pace.lag_s
                     )
                 )
+        # Unpaced, nothing above awaits: without this the streams woken by the step's tokens
+        # would run only once the next step's Ray call is out (~0.4-0.7 ms later on the first
+        # token's path, bench/results/frontdoor_stages.md).
+        await asyncio.sleep(0)
         return bool(self._active - self._behind.keys())
 
     def _call(self, r: int) -> _Call:
@@ -259,6 +263,8 @@ class InstanceLoop:
             if not future.done():
                 future.set_result(AdmitResult("", None, FAILED, "the rank did not admit it"))
         record(self.metrics, f"{self.spec.role}_rank_step", step.wall_s)
+        if call.futures:  # the call carried admissions: their share of the rank's time
+            record(self.metrics, f"{self.spec.role}_rank_admit", step.admit_s)
         if step.busy:
             self._busy.add(r)
         else:

@@ -63,6 +63,7 @@ class RankStep:
     preemptions: int = 0  # requests preempted (recompute) in this step
     wall_s: float = 0.0  # the call's wall time inside the actor (the rest of the call is Ray's)
     admitted: tuple[AdmitResult, ...] = ()  # one per submission the call carried, in order
+    admit_s: float = 0.0  # of wall_s, the admissions' (pool lookup or hand-off read, import)
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,7 @@ class RankWorker:
         """Admit what `inbox` carries (in order), then run one engine step."""
         started = time.perf_counter()
         admitted = tuple(self.admit(s) for s in inbox)
+        admit_s = time.perf_counter() - started
         result = self.engine.step()
         new, cached, emitted = [], [], []
         pool_hbm = pool_dram = 0
@@ -280,6 +282,7 @@ class RankWorker:
             len(result.schedule.preempted),
             time.perf_counter() - started,
             admitted,
+            admit_s,
         )
 
     def _emit(self, out: object) -> Emitted:

@@ -5,7 +5,8 @@ The router observes http_in, route, prefill_call, decode_first_chunk, front_door
 first_byte; the
 prefill service prefill_admit and prefill_wait; the decode service decode_admit and
 decode_first_step; every instance loop its steps (prefill_step, decode_step: the Ray calls) and
-each called rank's own time inside its actor (prefill_rank_step, decode_rank_step). The front door's
+each called rank's own time inside its actor (prefill_rank_step, decode_rank_step) and, of a call
+that carried admissions, their share (prefill_rank_admit, decode_rank_admit). The front door's
 /metrics merges the workers' series, so one scrape shows where a request's wall time went
 (bench/frontdoor.py turns it into a table). Wall seconds, not simulated ones: this is the twin's
 own overhead, which pacing hides when time_scale > 0.
@@ -29,12 +30,14 @@ STAGES = (
     "prefill_wait",  # prefill service: admitted -> first token (later steps; ~0 for one step)
     "prefill_step",  # one prefill instance step (Ray calls of all its ranks, their compute)
     "prefill_rank_step",  # one rank's step inside its actor (engine, pool store, KV events)
+    "prefill_rank_admit",  # of a step that admitted prompts: the admissions (pool lookup, enqueue)
     "decode_first_chunk",  # the Generate RPC until its first chunk, as the router sees it
     "decode_admit",  # decode service: submitted -> admitted by the step call that carried it
     # (Ray, pool fetch of the handle, that first step)
     "decode_first_step",  # decode service: admitted -> first step done (~0: the same call)
     "decode_step",  # one decode instance step
     "decode_rank_step",  # one rank's step inside its actor
+    "decode_rank_admit",  # of a step that admitted requests: the hand-off's read and import
     "front_door_ttft",  # ASGI arrival -> first SSE event (streamed requests)
     "first_byte",  # ASGI arrival -> a POST's first response body bytes handed to the server
 )

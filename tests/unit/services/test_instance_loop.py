@@ -243,3 +243,57 @@ def test_a_cancel_of_a_queued_submission_drops_it_and_never_calls_a_rank() -> No
             assert all(not inbox for inbox in rank0.inboxes[1:])  # "b" never reaches the rank
 
     asyncio.run(scenario())
+
+
+def test_a_stream_woken_by_a_steps_tokens_runs_before_the_next_step_call() -> None:
+    """Unpaced, nothing in a step awaits after its answer: the stream that the step's token woke
+    must still get the loop before the (busy) rank's next step call is made, or the first token
+    waits for that call's Ray submission (the old loop: it saw 2 calls)."""
+
+    async def scenario() -> None:
+        ranks = [HeldRank()]
+        seen: list[int] = []
+        woken = asyncio.Event()
+
+        async def stream() -> None:
+            await woken.wait()
+            seen.append(len(ranks[0].calls))
+
+        loop = make_loop(ranks, [])
+        loop.on_step = lambda _done: woken.set()
+        consumer = asyncio.create_task(stream())
+        task = asyncio.create_task(loop.run())
+        try:
+            loop.wake(0)
+            await settle()
+            ranks[0].answer(RankStep(RankBatch.of([1], [5]), (Emitted("a", 7, None),), busy=True))
+            await settle()
+            assert seen == [1] and len(ranks[0].calls) == 2
+        finally:
+            task.cancel()
+            consumer.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_a_call_that_admitted_records_the_admissions_share_of_the_ranks_time() -> None:
+    async def scenario() -> None:
+        async with running_loop(1) as (loop, (rank0,), done):
+            loop.submit(0, Submission("prefill", "a", (1, 2, 3)))
+            await settle()
+            step = admitting("a", busy=True)
+            rank0.answer(RankStep(step.batch, step.emitted, True, admitted=step.admitted,
+                                  wall_s=0.01, admit_s=0.004))
+            await settle()
+            rank0.answer(RankStep(RankBatch.of([1], [5]), (), busy=False, wall_s=0.01))
+            await settle()
+            registry = loop.metrics.registry
+            count = registry.get_sample_value(
+                "rackserve_frontdoor_stage_wall_seconds_count", {"stage": "prefill_rank_admit"})
+            total = registry.get_sample_value(
+                "rackserve_frontdoor_stage_wall_seconds_sum", {"stage": "prefill_rank_admit"})
+            steps = registry.get_sample_value(
+                "rackserve_frontdoor_stage_wall_seconds_count", {"stage": "prefill_rank_step"})
+            assert (count, total, steps) == (1, 0.004, 2)  # only the call that carried one
+
+    asyncio.run(scenario())
