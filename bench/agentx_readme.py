@@ -109,7 +109,7 @@ def label_windows(payload: dict, windows: dict[tuple[str, str], float], extended
 
 
 def _window_cell(c: dict) -> str:
-    return f"{c['window_s']:g} s" + (" (peak = highest lanes run)" if c.get("peak_at_last_lane_run") else "")
+    return f"{c['window_s']:g} s" + (" (peak = its highest lanes run: a lower bound)" if c.get("peak_at_last_lane_run") else "")
 
 
 def main_table(payload: dict, runs: dict) -> list[str]:
