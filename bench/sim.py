@@ -6,7 +6,12 @@ and the ratio. Also: the step-cost memo's error against the exact timing model.
 
 Dynamo's venv (git-ignored; Dynamo 1.6.1 needs Python 3.10-3.12, e.g. 3.11):
     python3.11 -m venv .venv-peers && .venv-peers/bin/pip install ai-dynamo==1.6.1
-(it pulls ai-dynamo-runtime 1.6.1). Without it the Dynamo row is skipped and the JSON says so.
+(it pulls ai-dynamo-runtime 1.6.1). Its pinned `aisimulate==0.13.0` is a PyPI stub that fetches the
+real wheel from pypi.nvidia.com; where that host is unreachable the install fails, and
+`pip install --no-deps ai-dynamo==1.6.1` then `pip install ai-dynamo-runtime==1.6.1` plus ai-dynamo's
+other requirements (aiohttp, kubernetes, msgspec, pyzmq, redis, transformers, zstandard, ...) gives a
+venv whose `dynamo.replay` and frontend/mocker import and run (aisimulate is not used by them).
+Without it the Dynamo row is skipped and the JSON says so.
 
 Run: .venv/bin/python bench/sim.py [--limit N] [--repeats 3] [--baseline DIR]   -> bench/results/sim.json + a table.
 --baseline DIR: also the same runs of an older tree (e.g. `git archive COMMIT | tar -x -C DIR`) in a
