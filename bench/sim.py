@@ -7,10 +7,13 @@ and the ratio. Also: the step-cost memo's error against the exact timing model.
 Dynamo's venv (git-ignored; Dynamo 1.6.1 needs Python 3.10-3.12, e.g. 3.11):
     python3.11 -m venv .venv-peers && .venv-peers/bin/pip install ai-dynamo==1.6.1
 (it pulls ai-dynamo-runtime 1.6.1). Its pinned `aisimulate==0.13.0` is a PyPI stub that fetches the
-real wheel from pypi.nvidia.com; where that host is unreachable the install fails, and
-`pip install --no-deps ai-dynamo==1.6.1` then `pip install ai-dynamo-runtime==1.6.1` plus ai-dynamo's
-other requirements (aiohttp, kubernetes, msgspec, pyzmq, redis, transformers, zstandard, ...) gives a
-venv whose `dynamo.replay` and frontend/mocker import and run (aisimulate is not used by them).
+real wheel from pypi.nvidia.com; where that host is unreachable the install fails. Then install
+ai-dynamo without it (its other requirements, as its 1.6.1 metadata lists them):
+    .venv-peers/bin/pip install --no-deps ai-dynamo==1.6.1
+    .venv-peers/bin/pip install ai-dynamo-runtime==1.6.1 'aiohttp>=3.14.3,<4' 'certifi>=2026.10.19' \
+        'kubernetes>=32.0.1,<33' 'msgspec>=0.19' 'prometheus-client>=0.23.1,<1' 'pyzmq>=26' \
+        'redis>=6.2,<9' tqdm 'transformers>=4.56' 'typing-extensions>=4.10' 'zstandard>=0.23,<1'
+`dynamo.replay` and the frontend / mocker (bench/frontdoor_dynamo.py) import and run without it.
 Without it the Dynamo row is skipped and the JSON says so.
 
 Run: .venv/bin/python bench/sim.py [--limit N] [--repeats 3] [--baseline DIR]   -> bench/results/sim.json + a table.
