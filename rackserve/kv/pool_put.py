@@ -312,7 +312,8 @@ class PoolPut:
         pinned = self._pinned
         left = list(map(sub, map(pinned.__getitem__, parents), repeat(1)))
         dict.update(pinned, zip(parents, left, strict=True))
-        deque(map(pinned.__delitem__, compress(parents, map(not_, left))), maxlen=0)
+        # dict's own __delitem__ (Counter's is Python code): every parent is in `pinned`
+        deque(map(dict.__delitem__, repeat(pinned), compress(parents, map(not_, left))), maxlen=0)
 
     def _unpin(self, parent: int | None) -> None:
         """One reservation fewer waits on `parent` (its entry goes at 0: the Counter does not grow

@@ -6,6 +6,7 @@ Engram at two layers) at a scale where a decode step at batch 32 takes a few ms 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 
 import xxhash
@@ -77,7 +78,7 @@ class ModelConfig:
         """Rows looked up per token per table: one per (n-gram size, hash head)."""
         return len(self.engram_ngrams) * self.engram_heads_per_ngram
 
-    @property
+    @functools.cached_property  # every block read or written checks it: computed once (frozen)
     def fingerprint(self) -> int:
         """64-bit id of everything that shapes KV values (all fields but max_context): serialized KV
         carries it so blocks of another model are refused."""

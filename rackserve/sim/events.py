@@ -125,8 +125,15 @@ class EventQueue:
         self._pre, self._next = entries, 0
 
     def pop(self) -> Event:
+        event = self.pop_or_none()
+        if event is None:
+            raise IndexError("pop from an empty event queue")
+        return event
+
+    def pop_or_none(self) -> Event | None:
+        """The next event, None when the queue is empty (the run loop's test and pop in one)."""
         heap, pre, i = self._heap, self._pre, self._next
         if i < len(pre) and (not heap or pre[i] < heap[0]):  # seqs differ: events never compared
             self._next = i + 1
             return pre[i][-1]
-        return heapq.heappop(heap)[-1]
+        return heapq.heappop(heap)[-1] if heap else None

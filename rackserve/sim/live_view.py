@@ -72,8 +72,8 @@ class LiveClusterView:
         return self._ranks
 
     def prefill_ranks(self) -> tuple[RankState, ...]:
-        if self._prefill is None:
-            self._prefill = tuple(self.prefill_by_key[k] for k in self._prefill_keys)
+        if self._prefill is None:  # prefill_by_key keeps the view order (replace() keeps its keys)
+            self._prefill = tuple(self.prefill_by_key.values())
         return self._prefill
 
     def prefill_rank(self, key: RankId) -> RankState | None:

@@ -187,9 +187,9 @@ class Simulator(DecodeSide):
         if self._awaits_release and self.source.released_at_s is not None:  # type: ignore[attr-defined]
             self._move_window(self.source.released_at_s)  # type: ignore[attr-defined]  # nothing to wait for
         self._windowed = metrics.window_start_s <= 0.0 and not self._awaits_release
-        queue = self.queue
-        while queue:
-            event = queue.pop()
+        next_event = self.queue.pop_or_none
+        push = self.queue.push
+        while (event := next_event()) is not None:
             end = metrics.window_end_s
             if end is not None and event.time > end and not self._awaits_release:
                 break  # the measured window is over
@@ -200,7 +200,7 @@ class Simulator(DecodeSide):
             self.now = event.time
             self._events += 1
             for new in event.handle(self):
-                queue.push(new)
+                push(new)
         if self.progress is not None:
             self.progress(self._tick(final=True))
         return build_result(self, time.perf_counter() - wall, time.process_time() - cpu)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
+
 import numpy as np
 import pytest
+import xxhash
 
 from rackserve.config import EngineSection, EngramSection
 from rackserve.model.config import ModelConfig
@@ -46,3 +50,15 @@ def test_from_sections_and_fingerprint():
 def test_fingerprint_ignores_only_max_context():
     assert ModelConfig(max_context=100).fingerprint == ModelConfig().fingerprint
     assert ModelConfig(block_size=32).fingerprint != ModelConfig().fingerprint
+
+
+def test_fingerprint_is_computed_once_and_travels_with_the_config():
+    cfg = ModelConfig(block_size=32)
+    want = xxhash.xxh3_64_intdigest(
+        repr(sorted((k, v) for k, v in dataclasses.asdict(cfg).items() if k != "max_context")).encode()
+    )
+    assert "fingerprint" not in vars(cfg)
+    assert cfg.fingerprint == want
+    assert vars(cfg)["fingerprint"] == want  # kept: every KV block read or written asks for it
+    copy = pickle.loads(pickle.dumps(cfg))  # as a Ray actor receives it
+    assert copy == cfg and hash(copy) == hash(cfg) and copy.fingerprint == want

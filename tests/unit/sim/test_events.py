@@ -1,3 +1,5 @@
+import pytest
+
 from rackserve.sim.events import (
     Arrival,
     DecodeLeapEnd,
@@ -32,3 +34,17 @@ def test_key_carries_a_real_priority():
                                       PrefillKick(0.5, 0))]
     assert [k[1] for k in keys] == [0, 1, 2, 3, 4]
     assert all(isinstance(k[1], int) and k[0] == 0.5 and k[2] == 7 for k in keys)
+
+
+def test_pop_or_none_drains_preloaded_and_pushed_events_in_order_then_answers_none():
+    req = Request(0, 1.0, 10, 1, ())
+    q = EventQueue()
+    first, third = Arrival(1.0, req), Arrival(3.0, req)
+    q.preload([third, first])  # a trace's arrivals, kept aside from the heap
+    second, fourth = PrefillStepEnd(2.0, 0), PrefillKick(4.0, 0)
+    q.push(fourth)
+    q.push(second)
+    assert [q.pop_or_none() for _ in range(5)] == [first, second, third, fourth, None]
+    assert not q and q.pop_or_none() is None
+    with pytest.raises(IndexError, match="empty"):
+        q.pop()
