@@ -90,7 +90,7 @@ class PoolTiers(PoolPut):
             tiers.append(tier)
         return PoolPrefix(len(tiers), tuple(tiers))
 
-    def stored_prefix(self, chain: list[int], now: float) -> tuple[int, int]:
+    def stored_prefix(self, chain: Sequence[int], now: float) -> tuple[int, int]:
         """(leading blocks stored, of which in pool_hbm) of a chain whose every hash follows the one
         before it (a request's chained block hashes): `match_prefix` in O(log n) lookups, since
         storage and eviction keep the pool prefix-closed and tiers only slow down along a chain."""

@@ -151,7 +151,7 @@ class ClusterKV:
                         self.paths.transfer(now, rank, "pool_dram", "read", t_pdram * per_token))
         return PrefixHit(t_rank, t_phbm, t_pdram), ready
 
-    def _count_lost(self, missed: list[int], keys: BlockKeys) -> None:
+    def _count_lost(self, missed: Sequence[int], keys: BlockKeys) -> None:
         """Keys about to be computed that existed before: pending in a put, or dropped by a tier.
         Chained hashes: the first never-seen key ends the search (all later ones are new too)."""
         lost, pool = self._lost, self.pool
