@@ -10,7 +10,9 @@ step on a prompt never seen before (a repeated prompt is served by the pool and 
   a rank's steps does to its weights in the 2 MiB L2);
 - worker, local Engram: `RankWorker.step` (admission with the pool lookup, the engine step, the
   store with the pool commit, the KV events) with the in-process Engram table;
-- worker, sharded Engram: the same with the cluster's Engram shards (its lookups are gRPC calls).
+- worker, sharded Engram: the same with the cluster's Engram shards (its lookups are gRPC calls);
+- worker, sharded Engram, a decode between: the same with another engine's 16-token decode before
+  each prompt (not timed), as a request's decode runs between two prefills in the cluster.
 
     .venv/bin/python bench/frontdoor_rank_step.py [--steps 15] [--rounds 6] [--requests 60]
 writes bench/results/frontdoor_rank_step.json and prints a table (p50 ms per step and, for the
@@ -89,7 +91,23 @@ def engine_variant(name: str, sweep: bool) -> Variant:
     return Variant(name, step, before=SWEEP.sum if sweep else None)  # the sweep itself is not timed
 
 
-def worker_variant(name: str, instance: str, addresses: dict[str, str], sharded: bool) -> Variant:
+def decode_between() -> Callable[[], None]:
+    """What a request's decode does between two prefills in the cluster: 16 steps of another engine."""
+    engine = frontdoor.new_engine()
+    params = SamplingParams(max_tokens=frontdoor.OUTPUT_TOKENS, temperature=0.0, ignore_eos=True)
+    fresh = itertools.count(90_000)
+
+    def run() -> None:
+        prompt = frontdoor.prompt_text(next(fresh))
+        engine.add_request(prompt, tokenizer.encode(prompt), params)
+        while engine.has_unfinished():
+            engine.step()
+
+    return run
+
+
+def worker_variant(name: str, instance: str, addresses: dict[str, str], sharded: bool,
+                   before: Callable[[], object] | None = None) -> Variant:
     cfg = load_config(DEFAULT_CONFIG)
     engram = addresses["engram shards"].split(",") if sharded else []
     worker = RankWorker(cfg, "prefill", instance, 0, addresses["redis"], addresses["kv pool (gRPC)"], engram)
@@ -108,7 +126,7 @@ def worker_variant(name: str, instance: str, addresses: dict[str, str], sharded:
     def step(prompt: str) -> None:
         worker.step((Submission("prefill", prompt, tuple(tokenizer.encode(prompt)), params),))
 
-    return Variant(name, step, engine_times)
+    return Variant(name, step, engine_times, before)
 
 
 def measure(variants: list[Variant], steps: int, rounds: int) -> None:
@@ -147,7 +165,9 @@ def main() -> None:
         variants = [engine_variant("engine, back to back", sweep=False),
                     engine_variant("engine, cache swept", sweep=True),
                     worker_variant("worker, local Engram", "bench-local", addresses, sharded=False),
-                    worker_variant("worker, sharded Engram", "bench-sharded", addresses, sharded=True)]
+                    worker_variant("worker, sharded Engram", "bench-sharded", addresses, sharded=True),
+                    worker_variant("worker, sharded Engram, a decode between", "bench-decode", addresses,
+                                   sharded=True, before=decode_between())]
         measure(variants, args.steps, args.rounds)
         actor = asyncio.run(frontdoor.cluster_latency(f"http://127.0.0.1:{port}", args.requests))["stages_wall_ms"]
     finally:
