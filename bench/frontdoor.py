@@ -116,7 +116,8 @@ def in_process_rate(n: int) -> dict:
 
 
 # -- cluster -----------------------------------------------------------------------------------
-def start_cluster(port: int) -> subprocess.Popen:
+def start_cluster(port: int) -> tuple[subprocess.Popen, dict[str, str]]:
+    """`rackserve up` unpaced; returns it and the addresses it prints ("redis", "kv pool (gRPC)", ...)."""
     env = {**os.environ, "RACKSERVE_CLUSTER__TIME_SCALE": "0"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.launcher", "--port", str(port)],
@@ -125,9 +126,13 @@ def start_cluster(port: int) -> subprocess.Popen:
         text=True,
         env=env,
     )
+    addresses: dict[str, str] = {}
     for line in proc.stdout:  # type: ignore[union-attr]
+        parts = line.strip().rsplit(None, 1)
+        if line.startswith("  ") and len(parts) == 2:
+            addresses[parts[0].strip()] = parts[1]
         if line.strip().startswith("logs"):
-            return proc
+            return proc, addresses
     raise RuntimeError("rackserve up exited before it was up")
 
 
@@ -200,7 +205,7 @@ def main() -> None:
     args = parser.parse_args()
     first = in_process_latency(args.requests)
     port = free_port()
-    proc = start_cluster(port)
+    proc, _ = start_cluster(port)
     try:
         base = f"http://127.0.0.1:{port}"
         cpu_before = frontdoor_cpu.snapshot(proc.pid)

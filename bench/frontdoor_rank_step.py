@@ -32,7 +32,6 @@ import itertools  # noqa: E402
 import json  # noqa: E402
 import signal  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -43,10 +42,11 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-import frontdoor  # noqa: E402  (new_engine, prompt_text, cluster_latency: the same prompts and reference)
+import frontdoor  # noqa: E402  (start_cluster, new_engine, prompt_text, cluster_latency: the same cluster, prompts and reference)
 
 from rackserve.config import load_config  # noqa: E402
 from rackserve.model import tokenizer  # noqa: E402
+from rackserve.model.engine import Engine  # noqa: E402
 from rackserve.model.sampling import SamplingParams  # noqa: E402
 from services.launcher import DEFAULT_CONFIG  # noqa: E402
 from services.rank_inbox import Submission  # noqa: E402
@@ -57,21 +57,6 @@ RESULT = Path(__file__).parent / "results" / "frontdoor_rank_step.json"
 SWEEP = np.ones(64 << 20, dtype=np.uint8)
 
 
-def start_cluster(port: int) -> tuple[subprocess.Popen, dict[str, str]]:
-    """`rackserve up` unpaced; returns it and the addresses it prints ("redis", "kv pool (gRPC)", ...)."""
-    env = {**os.environ, "RACKSERVE_CLUSTER__TIME_SCALE": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "services.launcher", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    addresses: dict[str, str] = {}
-    for line in proc.stdout:  # type: ignore[union-attr]
-        name, _, value = line.strip().rpartition("  ")
-        if name:
-            addresses[name.strip()] = value.strip()
-        if line.strip().startswith("logs"):
-            return proc, addresses
-    raise RuntimeError("rackserve up exited before it was up")
-
-
 class Variant:
     def __init__(self, name: str, step: Callable[[str], None], engine_times: list[float] | None = None,
                  before: Callable[[], object] | None = None) -> None:
@@ -79,16 +64,18 @@ class Variant:
         self.times: list[float] = []
 
 
+def run_prompt(engine: Engine, prompt: str, params: SamplingParams) -> None:
+    """One prompt through an engine, stepped until it is done."""
+    engine.add_request(prompt, tokenizer.encode(prompt), params)
+    while engine.has_unfinished():
+        engine.step()
+
+
 def engine_variant(name: str, sweep: bool) -> Variant:
     engine = frontdoor.new_engine()
     params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
 
-    def step(prompt: str) -> None:
-        engine.add_request(prompt, tokenizer.encode(prompt), params)
-        while engine.has_unfinished():
-            engine.step()
-
-    return Variant(name, step, before=SWEEP.sum if sweep else None)  # the sweep itself is not timed
+    return Variant(name, lambda prompt: run_prompt(engine, prompt, params), before=SWEEP.sum if sweep else None)  # the sweep itself is not timed
 
 
 def decode_between() -> Callable[[], None]:
@@ -97,13 +84,7 @@ def decode_between() -> Callable[[], None]:
     params = SamplingParams(max_tokens=frontdoor.OUTPUT_TOKENS, temperature=0.0, ignore_eos=True)
     fresh = itertools.count(90_000)
 
-    def run() -> None:
-        prompt = frontdoor.prompt_text(next(fresh))
-        engine.add_request(prompt, tokenizer.encode(prompt), params)
-        while engine.has_unfinished():
-            engine.step()
-
-    return run
+    return lambda: run_prompt(engine, frontdoor.prompt_text(next(fresh)), params)
 
 
 def worker_variant(name: str, instance: str, addresses: dict[str, str], sharded: bool,
@@ -160,7 +141,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=60, help="streamed requests for the actor's own figure")
     args = ap.parse_args()
     port = free_port()
-    proc, addresses = start_cluster(port)
+    proc, addresses = frontdoor.start_cluster(port)
     try:
         variants = [engine_variant("engine, back to back", sweep=False),
                     engine_variant("engine, cache swept", sweep=True),

@@ -20,8 +20,7 @@ class LiveClusterView:
         assert all(r.healthy for r in ranks)
         self._states: dict[RankId, RankState] = {r.key: r for r in ranks}
         self._pos = {r.key: i for i, r in enumerate(ranks)}  # view order
-        self._prefill_keys = [r.key for r in ranks if r.role == "prefill"]
-        self.prefill_by_key: dict[RankId, RankState] = {k: self._states[k] for k in self._prefill_keys}
+        self.prefill_by_key: dict[RankId, RankState] = {r.key: r for r in ranks if r.role == "prefill"}  # view order
         # per layout, parallel sorted lists: the sort keys and the ranks
         self._by_load: dict[str, tuple[list[tuple], list[RankState]]] = {}
         self._decode: dict[str | None, tuple[list[tuple[int, int, int]], list[RankState]]] = {}
