@@ -2,8 +2,13 @@
 
 Measured like AgentX: warm-up requests (Request.warmup) never count, and with a measured window
 (start, length) only requests that finish inside it count, over the window's length; without one,
-over the run's span. Throughput per GPU counts cached + uncached input and output tokens; per-user
-speed is output tokens/s of one stream after its first token (1 / TPOT).
+over the run's span. Throughput per GPU counts cached + uncached input and output tokens.
+
+Interactivity, as the AgentX harness defines it (SemiAnalysisAI/agentx-harness
+utils/agentic/aggregation/request_metrics.py; InferenceX MODELS.md), per finished request:
+- E2E-normalized (the headline): output tokens / (finish - arrival), so TTFT counts against it;
+- ITL-based (the diagnostic): (output - 1) / (finish - first token) = 1 / TPOT.
+"P90" is the slow tail: 1 / p90(seconds per output token) over the requests; P50 is 1 / p50 of the same.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ class MetricsCollector:
     ttft: list[float] = field(default_factory=list)
     tpot: list[float] = field(default_factory=list)
     user_tps: list[float] = field(default_factory=list)
+    e2e_s_per_token: list[float] = field(default_factory=list)  # (finish - arrival) / output tokens
     input_tokens: int = 0
     output_tokens: int = 0
     prompt_tokens_prefilled: int = 0
@@ -87,6 +93,8 @@ class MetricsCollector:
         if is_warmup(req) or not self.in_window(now):
             return
         self.ttft.append(flight.first_token - req.arrival_s)
+        if req.output_tokens > 0:
+            self.e2e_s_per_token.append((now - req.arrival_s) / req.output_tokens)
         if req.output_tokens > 1:
             span = now - flight.first_token
             self.tpot.append(span / (req.output_tokens - 1))
@@ -143,6 +151,11 @@ class SimResult:
     warmup_requests: int = 0
     preemptions: int = 0  # vllm:num_preemptions_total of the decode ranks
     ttft_samples: list[float] = field(default_factory=list, repr=False)
+    # AgentX interactivity (module docstring): 1 / pNN of seconds per output token
+    tps_user_e2e_p50: float = float("nan")
+    tps_user_e2e_p90: float = float("nan")
+    tps_user_itl_p50: float = float("nan")
+    tps_user_itl_p90: float = float("nan")
 
     def to_dict(self, samples: bool = False) -> dict:
         out = asdict(self)
@@ -153,6 +166,13 @@ class SimResult:
 
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
+
+
+def slow_tail_speed(seconds_per_token: list[float], q: float) -> float:
+    """Interactivity at percentile q as AgentX reads it: 1 / p_q(seconds per output token), so
+    q=90 is the slow tail (90% of requests were at least this fast)."""
+    v = pct(seconds_per_token, q)
+    return 1.0 / v if v > 0 else float("nan")
 
 
 def ideal_hit_rate(requests: Iterable[Request], block_tokens: int) -> float:

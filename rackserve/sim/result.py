@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rackserve.sim.instances import Instance
-from rackserve.sim.metrics import SimResult, pct
+from rackserve.sim.metrics import SimResult, pct, slow_tail_speed
 
 
 def _idle(insts: list[Instance]) -> float:
@@ -42,4 +42,6 @@ def build_result(sim: Any, wall_s: float, cpu_s: float) -> SimResult:
         events=sim._events, wall_s=wall_s, cpu_s=cpu_s, ttft_samples=list(m.ttft),
         recomputed_tokens=dict(sim.kv.recomputed_tokens), pool_path_util=sim.kv.paths.utilization(span),
         sizing=sim.sizing.to_dict(), warmup_requests=m.warmup_requests,
+        tps_user_e2e_p50=slow_tail_speed(m.e2e_s_per_token, 50), tps_user_e2e_p90=slow_tail_speed(m.e2e_s_per_token, 90),
+        tps_user_itl_p50=slow_tail_speed(m.tpot, 50), tps_user_itl_p90=slow_tail_speed(m.tpot, 90),
     )
