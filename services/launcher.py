@@ -15,12 +15,14 @@ import signal
 import socket
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 from rackserve.config import Config, load_config
+from services.port_check import check_free
 from services.prometheus_server import PrometheusServer, cluster_targets, start_if_available
 from services.redis_server import RedisServer, free_port
 from services.router.limits import check_bind
@@ -45,13 +47,48 @@ RAY_ENV = {
 POLL_S = 0.2  # how often the launcher checks its children (a dead one is seen within this)
 
 
+@dataclass(frozen=True)
+class Ports:
+    """Every port the launcher's own services bind, chosen (and checked) before any starts."""
+
+    http: int
+    router_grpc: int
+    pool: int
+    pool_metrics: int
+    workers: dict[str, tuple[int, int]]  # role -> (gRPC, metrics)
+    engram: tuple[int, ...]
+
+    @classmethod
+    def plan(cls, http_port: int, engram_shards: int) -> Ports:
+        """`http_port` as given (0: a free one); the others free ones."""
+        return cls(
+            http_port or free_port(),
+            free_port(),
+            free_port(),
+            free_port(),
+            {role: (free_port(), free_port()) for role in ("prefill", "decode")},
+            tuple(free_port() for _ in range(engram_shards)),
+        )
+
+    def named(self) -> dict[str, int]:
+        """What -> port, for the port-in-use check's message."""
+        named = {"front door HTTP": self.http, "router gRPC": self.router_grpc,
+                 "kv pool gRPC": self.pool, "kv pool metrics": self.pool_metrics}
+        for role, (grpc, metrics) in self.workers.items():
+            named |= {f"{role} gRPC": grpc, f"{role} metrics": metrics}
+        return named | {f"engram shard {i}": p for i, p in enumerate(self.engram)}
+
+
 @dataclass
 class Cluster:
     cfg: Config
     config_path: Path
-    http_port: int
+    ports: Ports
     log_dir: Path
     ray_address: str | None = None
+    # Told to the router and checked in its /ready: the launcher waits for its own router, not
+    # for another cluster answering on the same port.
+    instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     children: list[Child] = field(default_factory=list)
     redis: RedisServer | None = None
     prometheus: PrometheusServer | None = None
@@ -86,7 +123,8 @@ class Cluster:
         deadline = time.monotonic() + timeout_s
         redis_url = self.cfg.cluster.redis_url or self._start_redis()
         ray_address = self.ray_address or self.cfg.cluster.ray_address or self._start_ray(deadline)
-        pool_port, pool_metrics, host = free_port(), free_port(), self.cfg.cluster.host
+        ports, host = self.ports, self.cfg.cluster.host
+        pool_port, pool_metrics = ports.pool, ports.pool_metrics
         pool = self.spawn(
             "kvpool",
             [
@@ -106,7 +144,6 @@ class Cluster:
         )
         engram = self._start_engram(host, deadline)
         wait_port(pool, host, pool_port, deadline)
-        ports = {role: (free_port(), free_port()) for role in ("prefill", "decode")}
         workers = [
             self.spawn(
                 role,
@@ -131,12 +168,12 @@ class Cluster:
                     *engram,
                 ],
             )
-            for role, (grpc, metrics) in ports.items()
+            for role, (grpc, metrics) in ports.workers.items()
         ]
-        for worker, (grpc, _) in zip(workers, ports.values(), strict=True):
+        for worker, (grpc, _) in zip(workers, ports.workers.values(), strict=True):
             wait_port(worker, host, grpc, deadline)
-        metrics_urls = [f"http://{host}:{m}/metrics" for _, m in ports.values()]
-        router_grpc = free_port()
+        metrics_urls = [f"http://{host}:{m}/metrics" for _, m in ports.workers.values()]
+        router_grpc = ports.router_grpc
         router = self.spawn(
             "router",
             [
@@ -147,21 +184,23 @@ class Cluster:
                 "--host",
                 host,
                 "--http-port",
-                str(self.http_port),
+                str(ports.http),
                 "--grpc-port",
                 str(router_grpc),
                 "--prefill",
-                f"{host}:{ports['prefill'][0]}",
+                f"{host}:{ports.workers['prefill'][0]}",
                 "--decode",
-                f"{host}:{ports['decode'][0]}",
+                f"{host}:{ports.workers['decode'][0]}",
                 "--redis-url",
                 redis_url,
+                "--instance-id",
+                self.instance_id,
                 "--worker-metrics",
                 *metrics_urls,
             ],
         )
-        base = f"http://{host}:{self.http_port}"
-        wait_http(router, f"{base}/ready", deadline)
+        base = f"http://{host}:{ports.http}"
+        wait_http(router, f"{base}/ready", self.instance_id, deadline)
         self.urls = {
             "OpenAI API": f"{base}/v1",
             "metrics": f"{base}/metrics",
@@ -169,22 +208,21 @@ class Cluster:
             "redis": redis_url,
             "ray": ray_address,
             "kv pool (gRPC)": f"{host}:{pool_port}",
-            "prefill (gRPC)": f"{host}:{ports['prefill'][0]}",
-            "decode (gRPC)": f"{host}:{ports['decode'][0]}",
+            "prefill (gRPC)": f"{host}:{ports.workers['prefill'][0]}",
+            "decode (gRPC)": f"{host}:{ports.workers['decode'][0]}",
             "engram shards": ",".join(engram),
             "logs": str(self.log_dir),
         }
         if self.cfg.cluster.prometheus:  # scrapes the router (workers merged in) and the pool
             self.prometheus = start_if_available(
-                cluster_targets(host, self.http_port, pool_metrics)
+                cluster_targets(host, ports.http, pool_metrics)
             )
         if self.prometheus is not None:
             self.urls = {"prometheus": self.prometheus.url, **self.urls}
 
     def _start_engram(self, host: str, deadline: float) -> list[str]:
         """One process per Engram shard; returns their gRPC addresses once all listen."""
-        shards = self.cfg.engram.shards
-        ports = [free_port() for _ in range(shards)]
+        shards, ports = self.cfg.engram.shards, self.ports.engram
         procs = [
             self.spawn(
                 f"engram-{i}",
@@ -279,16 +317,30 @@ def wait_log(child: Child, marker: str, deadline: float) -> None:
     raise TimeoutError(f"{child.name}: no {marker!r} in its log in time ({child.log_path})")
 
 
-def wait_http(child: Child, url: str, deadline: float) -> None:
+def wait_http(child: Child, url: str, instance_id: str, deadline: float) -> None:
+    """Wait until `url` answers 200 with `{"instance": instance_id}`: our router, not another
+    process that answers on the same port."""
+    other = None
     while time.monotonic() < deadline:
         _check_alive(child)
         try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
+            reply = httpx.get(url, timeout=1.0)
+            other = _instance_of(reply)
+            if reply.status_code == 200 and other == instance_id:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    raise TimeoutError(f"{child.name}: {url} not ready in time (log {child.log_path})")
+    seen = f"; {url} answered for instance {other!r}, not ours" if other != instance_id else ""
+    raise TimeoutError(f"{child.name}: {url} not ready in time{seen} (log {child.log_path})")
+
+
+def _instance_of(reply: httpx.Response) -> str | None:
+    try:
+        body = reply.json()
+    except ValueError:
+        return None
+    return body.get("instance") if isinstance(body, dict) else None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -326,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["RACKSERVE_CLUSTER__TIME_SCALE"] = _time_scale(args)
         cfg = load_config(args.config)
         check_bind(cfg.cluster, "rackserve up")
+        port = args.port if args.port is not None else cfg.cluster.http_port
+        ports = Ports.plan(port, cfg.engram.shards)
+        check_free(cfg.cluster.host, ports.named())
     except (OSError, ValueError) as exc:
         print(f"rackserve up: {exc}", file=sys.stderr)
         return 2
@@ -333,10 +388,7 @@ def main(argv: list[str] | None = None) -> int:
 
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="rackserve-up-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    port = args.port if args.port is not None else cfg.cluster.http_port
-    cluster = Cluster(
-        cfg, Path(args.config).resolve(), port or free_port(), log_dir, args.ray_address
-    )
+    cluster = Cluster(cfg, Path(args.config).resolve(), ports, log_dir, args.ray_address)
     state = {"up": False, "stop": False}
 
     def request_stop(*_: object) -> None:

@@ -176,6 +176,7 @@ async def serve(args: argparse.Namespace) -> None:
         cfg.engine.max_context,
         ready=lambda: flag["ready"] and flag["redis"],
         merge_metrics=workers.merged_with,
+        instance_id=args.instance_id,
     )
     grpc_server = grpc.aio.server(options=SERVER_OPTIONS)
     router_pb2_grpc.add_RouterServicer_to_server(RouterService(core, cfg.cluster.worker_timeout_s), grpc_server)
@@ -221,6 +222,9 @@ def main() -> None:
     parser.add_argument("--prefill", required=True, help="prefill service host:port")
     parser.add_argument("--decode", required=True, help="decode service host:port")
     parser.add_argument("--redis-url", required=True)
+    parser.add_argument(
+        "--instance-id", default="", help="echoed by /ready, so a launcher knows its own router"
+    )
     parser.add_argument("--worker-metrics", nargs="*", help="worker /metrics URLs merged into ours")
     run(serve(parser.parse_args()))
 

@@ -53,6 +53,7 @@ class FrontDoor:
     max_context: int
     ready: Callable[[], bool]
     merge_metrics: Callable[[bytes], Awaitable[bytes]] | None = None
+    instance_id: str = ""  # the launcher's id for this cluster, echoed by /ready
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ def create_app(door: FrontDoor) -> FastAPI:
     @app.get("/ready")
     async def ready() -> Response:
         ok = door.ready()
-        return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
+        body = {"ready": ok, "instance": door.instance_id}
+        return JSONResponse(body, status_code=200 if ok else 503)
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -1,0 +1,69 @@
+"""`rackserve up` on a taken port fails fast naming the port and its holder, and waits for its own
+router's /ready, not for another cluster answering on the same port (issue 34)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from services import launcher
+from services.port_check import PortInUse, check_free
+from services.supervisor import Child
+
+
+@pytest.fixture
+def held_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_check_free_names_the_port_and_this_process(held_port: int) -> None:
+    with pytest.raises(PortInUse) as err:
+        check_free("127.0.0.1", {"front door HTTP": held_port})
+    assert f"front door HTTP port {held_port}" in str(err.value)
+    assert f"pid {os.getpid()}" in str(err.value)
+
+
+def test_up_on_a_taken_port_starts_nothing(held_port, monkeypatch, capsys) -> None:
+    def must_not_start(*_: object) -> None:
+        raise RuntimeError("started although the port is taken")
+
+    monkeypatch.setattr(launcher.Cluster, "start", must_not_start)
+    assert launcher.main(["--port", str(held_port)]) == 2
+    err = capsys.readouterr().err
+    assert f"port {held_port}" in err and f"pid {os.getpid()}" in err
+
+
+class _OtherCluster(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        body = b'{"ready": true, "instance": "someone-else"}'
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_wait_http_ignores_another_clusters_ready(tmp_path) -> None:
+    server = HTTPServer(("127.0.0.1", 0), _OtherCluster)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    child = Child("router", ["sleep", "30"], dict(os.environ), tmp_path / "router.log").launch()
+    url = f"http://127.0.0.1:{server.server_port}/ready"
+    try:
+        with pytest.raises(TimeoutError, match="someone-else"):
+            launcher.wait_http(child, url, "ours", time.monotonic() + 1.0)
+        launcher.wait_http(child, url, "someone-else", time.monotonic() + 5.0)
+    finally:
+        server.shutdown()
+        child.proc.kill()
+        child.proc.wait()
