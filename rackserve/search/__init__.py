@@ -1,0 +1,1 @@
+"""The rack frontier search: screen, plan, replay and report (rackserve sim frontier)."""

@@ -1,0 +1,209 @@
+"""The rack's frontier, searched: screen every configuration of a rack's space analytically, confirm
+the screen's envelope by replay, and report the envelope as AgentX reads it (frontier.json).
+
+    rack + space  ->  screen (screen.py, every configuration)  ->  plan (plan.py)
+                  ->  replay (confirm.py, Ray tasks)  ->  envelope, winners, peak, area, screen error
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from rackserve.search import envelope as env_math
+from rackserve.search.confirm import Runner
+from rackserve.search.mix import Mix, mix_of
+from rackserve.search.plan import CPU_S_PER_POINT, CPU_S_PER_REQUEST, plan, within_budget
+from rackserve.search.rack import RackSpec, configurations, scenario_of
+from rackserve.search.screen import TimingCache, screen_config
+
+SCHEMA = "rackserve.sim.frontier/1"
+INTERACTIVITY = ("e2e", "itl")
+PERCENTILES = ("p50", "p90")
+Curves = dict[str, tuple[dict, list[dict]]]
+
+
+def speed_key(interactivity: str, percentile: str) -> str:
+    if interactivity not in INTERACTIVITY:
+        raise ValueError(f"interactivity: one of {INTERACTIVITY}, got {interactivity!r}")
+    if percentile not in PERCENTILES:
+        raise ValueError(f"percentile: one of {PERCENTILES}, got {percentile!r}")
+    return f"tps_user_{interactivity}_{percentile}"
+
+
+def with_trace(rack: RackSpec, trace: str | None) -> RackSpec:
+    """The rack with another conversation file in place of its workload's trace (every other
+    workload field kept)."""
+    if not trace:
+        return rack
+    return rack.model_copy(update={"workload": {**rack.workload, "trace": str(trace)}})
+
+
+def rack_mix(rack: RackSpec) -> Mix:
+    configs = configurations(rack)
+    if not configs:
+        raise ValueError(f"{rack.name}: no configuration of the space fits {rack.gpus} GPUs")
+    workload = scenario_of(rack, configs[0]).workload
+    if getattr(workload, "kind", "") != "agentx-trace":
+        raise ValueError("workload.kind: the frontier search replays agentx-trace workloads")
+    return mix_of(workload)
+
+
+def screen_all(rack: RackSpec, mix: Mix) -> tuple[Curves, list[dict]]:
+    """Every configuration's predicted curve (label -> (config, points)); the ones that do not fit,
+    with why."""
+    cache = TimingCache()
+    curves: Curves = {}
+    rejected = []
+    for cfg in configurations(rack):
+        try:
+            curve = screen_config(rack, cfg, mix, cache)
+        except ValueError as exc:
+            rejected.append({"config": cfg.label, "why": str(exc)})
+            continue
+        d = {**cfg.to_dict(), "screen_bound": curve.bound, "screen_note": curve.note}
+        curves[cfg.label] = (d, curve.points)
+    return curves, rejected
+
+
+def _labelled(point: dict, x_kind: str) -> dict:
+    out = dict(point)
+    out["tps_user_p50"] = point.get(f"tps_user_{x_kind}_p50")
+    out["tps_user_p90"] = point.get(f"tps_user_{x_kind}_p90")
+    return out
+
+
+def _interp(curve: Sequence[dict], lanes: int, key: str) -> float:
+    pts = sorted(curve, key=lambda p: p["concurrency"])
+    xs = np.array([p["concurrency"] for p in pts], dtype=float)
+    ys = np.array([p[key] for p in pts], dtype=float)
+    return float(np.interp(lanes, xs, ys))
+
+
+def screen_error(curves: Curves, replays: Sequence[dict], x: str) -> dict:
+    """The screen's prediction at every replayed (configuration, lanes) against the replay."""
+    rows = []
+    for r in replays:
+        label = r["config"]["label"]
+        if label not in curves or not r.get("completed"):
+            continue
+        curve = curves[label][1]
+        row = {"config": label, "concurrency": r["concurrency"]}
+        for key in ("throughput_per_gpu", x):
+            pred, real = _interp(curve, r["concurrency"], key), r.get(key)
+            row[key] = {"screen": pred, "replay": real,
+                        "rel_err": (pred - real) / real if real and math.isfinite(real) else None}
+        rows.append(row)
+
+    def median(key: str) -> float | None:
+        errs = [abs(r[key]["rel_err"]) for r in rows if r[key]["rel_err"] is not None]
+        return statistics.median(errs) if errs else None
+
+    return {"median_throughput": median("throughput_per_gpu"), f"median_{x}": median(x),
+            "median_tps_user": median(x), "per_point": rows}
+
+
+def report(rack: RackSpec, curves: Curves, rejected: list[dict], replays: Sequence[dict], mix: Mix,
+           interactivity: str, percentile: str, targets: Sequence[float], cpu_s: dict, extra: dict) -> dict:
+    """frontier.json: every point, the envelopes (from replays; from the screen only when nothing was
+    replayed, and then marked so), per target the winner or null, the peak, the area, the screen's error."""
+    x = speed_key(interactivity, percentile)
+    screen_pts = [_labelled({**p, "config": cfg, "source": "screen"}, interactivity)
+                  for cfg, curve in curves.values() for p in curve]
+    replay_pts = [_labelled(r, interactivity) for r in replays if r.get("completed")]
+    basis = replay_pts or screen_pts
+    envs = {pc: env_math.envelope(basis, "tps_user_" + pc) for pc in PERCENTILES}
+    env = envs[percentile]
+    at = {}
+    for t in targets:
+        win = env_math.winner_at(env, t, "tps_user_" + percentile)
+        at[f"{t:g}"] = None if win is None else {"config": win["config"], "throughput_per_gpu": win["throughput_per_gpu"],
+                                                   "point": _brief(win["point"])}
+    peak = max(basis, key=lambda p: p["throughput_per_gpu"], default=None)
+    lo, hi = (min(targets), max(targets)) if targets else (0.0, 0.0)
+    return {
+        "schema": SCHEMA, "rack": rack.name, "hardware": rack.timing.get("hardware"), "gpus": rack.gpus,
+        "interactivity": interactivity, "percentile": percentile, "targets": list(targets),
+        "envelope_source": "replay" if replay_pts else "screen",
+        "points": replay_pts + screen_pts,
+        "envelope": {pc: [_brief(p) for p in e] for pc, e in envs.items()},
+        "screen_envelope": {pc: [_brief(p) for p in env_math.envelope(screen_pts, "tps_user_" + pc)]
+                            for pc in PERCENTILES},
+        "at_target": at, "peak": _brief(peak) if peak else None,
+        "area": env_math.area(env, lo, hi, "tps_user_" + percentile), "area_range": [lo, hi],
+        "screen_error": screen_error(curves, replay_pts, x),
+        "configs_screened": len(curves), "configs_rejected": rejected, "mix": mix.summary(),
+        "cpu_s": cpu_s, **extra,
+    }
+
+
+def _brief(p: dict) -> dict:
+    keys = ("concurrency", "throughput_per_gpu", "tps_user_p50", "tps_user_p90", "tps_user_e2e_p50",
+            "tps_user_e2e_p90", "tps_user_itl_p50", "tps_user_itl_p90", "ttft_p50_s", "ttft_p90_s", "source")
+    return {"config": p["config"], **{k: p.get(k) for k in keys}}
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def search(rack: RackSpec, runner_factory: Callable[[], Runner] | None, interactivity: str = "e2e",
+           percentile: str = "p90", targets: Sequence[float] | None = None, budget_cpu_s: float | None = None,
+           previous: Sequence[dict] = (), on_update: Callable[[dict], None] | None = None,
+           extra: dict | None = None) -> dict:
+    """The whole search. `runner_factory` None: screen only. `previous`: replay points of an earlier
+    run of the same rack and window (resumed, not run again). `on_update(report)` after every replay."""
+    x = speed_key(interactivity, percentile)
+    targets = list(targets if targets is not None else rack.search.targets)
+    t0 = time.process_time()
+    mix = rack_mix(rack)
+    curves, rejected = screen_all(rack, mix)
+    screen_cpu = time.process_time() - t0
+    replays = [r for r in previous if r.get("source") == "replay" and r["config"]["label"] in curves]
+    cands = plan(curves, targets, x, rack.search.window_s, _cpu_per_request(replays))
+    todo = within_budget(cands, budget_cpu_s, {(r["config"]["label"], r["concurrency"]) for r in replays})
+    base = {"window_s": rack.search.window_s, "planned": [c.__dict__ for c in cands],
+            "code": git_commit(), **(extra or {})}
+
+    def build() -> dict:
+        cpu = {"screen": screen_cpu, "replay": sum(r.get("cpu_s") or 0.0 for r in replays)}
+        cpu["total"] = cpu["screen"] + cpu["replay"]
+        return report(rack, curves, rejected, replays, mix, interactivity, percentile, targets, cpu, base)
+
+    if runner_factory is not None and todo:
+        runner = runner_factory()
+        try:
+            for row in runner.run(rack.model_dump(), todo):
+                row["why"] = next((c.why for c in todo if c.key == (row["config"]["label"], row["concurrency"])), "")
+                replays.append(row)
+                if on_update:
+                    on_update(build())
+        finally:
+            runner.close()
+    return build()
+
+
+def _cpu_per_request(replays: Sequence[dict]) -> float:
+    """CPU seconds per simulated request, from the points already run (else the committed figure)."""
+    rows = [(r["cpu_s"] - CPU_S_PER_POINT, r["arrivals"]) for r in replays if r.get("arrivals") and r.get("cpu_s")]
+    if not rows:
+        return CPU_S_PER_REQUEST
+    return max(sum(c for c, _ in rows) / sum(n for _, n in rows), 1e-5)
+
+
+def read_previous(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    return [p for p in data.get("points", []) if p.get("source") == "replay"]

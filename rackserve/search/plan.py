@@ -1,0 +1,110 @@
+"""Which configurations and concurrencies to confirm by replay: those the screen puts on its
+envelope where the answer is read (at each target, at the peak), with neighbours that bracket each
+target, then runners-up and the rest of the envelope, in that order, until the CPU budget is spent.
+
+The cost of a replay point is predicted from the screen's request rate (a discrete-event run costs
+roughly a fixed CPU time per request it simulates; `CPU_S_PER_REQUEST` is measured on this machine
+by the committed AgentX points and refined by the points a search has already run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rackserve.search.envelope import THROUGHPUT, envelope
+
+CPU_S_PER_REQUEST = 1.0e-3  # bench/results/agentx-rack frontier900-*: 0.68-1.3 ms per completed request
+CPU_S_PER_POINT = 6.0  # reading and hashing the trace, building the simulator
+FLANKS = (0.8, 1.25)  # lanes around a target's crossing, so the replays bracket it
+
+
+@dataclass(frozen=True)
+class Candidate:
+    config: dict  # Config.to_dict()
+    concurrency: int
+    why: str
+    est_cpu_s: float
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.config["label"], self.concurrency
+
+
+def crossing(curve: Sequence[dict], target: float, x: str) -> int | None:
+    """Lanes at which a configuration's curve falls to `target` interactivity (interpolated on
+    the two points around it); None when the curve never reaches it."""
+    pts = sorted(curve, key=lambda p: p["concurrency"])
+    if not pts or pts[0][x] < target:
+        return None
+    for lo, hi in zip(pts, pts[1:], strict=False):
+        if lo[x] >= target > hi[x]:
+            t = (lo[x] - target) / (lo[x] - hi[x])
+            return int(round(lo["concurrency"] + t * (hi["concurrency"] - lo["concurrency"])))
+    return pts[-1]["concurrency"]
+
+
+def _rate_at(curve: Sequence[dict], lanes: int) -> float:
+    pts = sorted(curve, key=lambda p: p["concurrency"])
+    best = min(pts, key=lambda p: abs(p["concurrency"] - lanes))
+    return best["requests_per_s"] * min(lanes / max(best["concurrency"], 1), 1.0)
+
+
+def plan(curves: dict[str, tuple[dict, list[dict]]], targets: Sequence[float], x: str, window_s: float,
+         cpu_s_per_request: float = CPU_S_PER_REQUEST) -> list[Candidate]:
+    """Replay candidates by priority. `curves`: label -> (config dict, screen points)."""
+    pts = [{**p, "label": label} for label, (_, curve) in curves.items() for p in curve]
+    env = envelope(pts, x)
+    out: list[Candidate] = []
+
+    def add(label: str, lanes: int | None, why: str) -> None:
+        if lanes is None or lanes < 1:
+            return
+        cfg, curve = curves[label]
+        est = CPU_S_PER_POINT + cpu_s_per_request * _rate_at(curve, lanes) * window_s
+        cand = Candidate(cfg, int(lanes), why, est)
+        if all(c.key != cand.key for c in out):
+            out.append(cand)
+
+    winners = {t: _best_at(pts, t, x) for t in targets}
+    peak = max(env, key=lambda p: p[THROUGHPUT]) if env else None
+    for t, label in winners.items():
+        if label:
+            add(label, crossing(curves[label][1], t, x), f"wins at {t:g} (screen)")
+    if peak:
+        add(peak["label"], peak["concurrency"], "peak (screen)")
+    for t, label in winners.items():
+        if label:
+            c = crossing(curves[label][1], t, x)
+            for f in FLANKS:
+                add(label, c and round(c * f), f"brackets {t:g}")
+    for t in targets:
+        second = _best_at([p for p in pts if p["label"] != winners.get(t)], t, x)
+        if second:
+            add(second, crossing(curves[second][1], t, x), f"runner-up at {t:g} (screen)")
+    if peak:
+        add(peak["label"], round(peak["concurrency"] * 0.7), "below the peak")
+        second = max((p for p in pts if p["label"] != peak["label"]), key=lambda p: p[THROUGHPUT], default=None)
+        if second:
+            add(second["label"], second["concurrency"], "runner-up peak (screen)")
+    for p in sorted(env, key=lambda p: -p[THROUGHPUT]):
+        add(p["label"], p["concurrency"], "on the screen's envelope")
+    return out
+
+
+def _best_at(pts: Sequence[dict], target: float, x: str) -> str | None:
+    meeting = [p for p in pts if p[x] >= target]
+    return max(meeting, key=lambda p: p[THROUGHPUT])["label"] if meeting else None
+
+
+def within_budget(cands: Sequence[Candidate], budget_cpu_s: float | None, done: set[tuple[str, int]]) -> list[Candidate]:
+    """The candidates not yet run, in priority order, whose predicted CPU fits the budget."""
+    out, spent = [], 0.0
+    for c in cands:
+        if c.key in done:
+            continue
+        if budget_cpu_s is not None and spent + c.est_cpu_s > budget_cpu_s:
+            continue
+        out.append(c)
+        spent += c.est_cpu_s
+    return out
