@@ -23,6 +23,9 @@ class Section(BaseModel):
 class EngineSection(Section):
     """The small MoE model the workers really execute, and its paged KV."""
 
+    # "real" runs the small model; "mock" keeps the scheduler, block hashing, cache, pool, events
+    # and pacing but emits deterministic pseudo-tokens (rackserve/model/mock_engine.py).
+    kind: Literal["real", "mock"] = "real"
     model_id: str = "rackserve-moe-small"
     seed: int = 0
     block_size: int = Field(16, gt=0, description="tokens per KV block")
@@ -43,6 +46,17 @@ class EngineSection(Section):
     )
 
 
+class SpeculativeSection(Section):
+    """Speculative decoding (MTP) as a benchmark parameter (rackserve/timing/speculative.py)."""
+
+    acceptance_length: float | None = Field(
+        None, ge=1.0, description="accepted tokens per decode step; None: the model spec's pinned value "
+        "(DeepSeek-V4.1-Flash: 2.49, the AgentX/InferenceX golden value)")
+    # "mean": every request accepts the length in every step; "sampled": each request its own mean,
+    # drawn from the acceptance model's per-step distribution over its steps (P90 then carries variance)
+    acceptance: Literal["mean", "sampled"] = "mean"
+
+
 class TimingSection(Section):
     """The cost model: which target GPU, model and kernel optimizations to charge."""
 
@@ -54,6 +68,7 @@ class TimingSection(Section):
     # reference: sharded over every GPU's HBM, rows over NVLink) or "host-copy" (a copy in host DRAM per CPU
     # an instance spans, rows over the CPU-GPU link).
     engram_placement: Literal["hbm-sharded", "host-copy"] = "hbm-sharded"
+    speculative: SpeculativeSection = SpeculativeSection()
 
 
 class InstanceGroup(Section):
@@ -96,6 +111,23 @@ class PoolSection(Section):
     high_watermark: float = Field(0.95, gt=0, le=1)
     low_watermark: float = Field(0.85, gt=0, le=1)
     lease_s: float = Field(30.0, gt=0)
+    mock_bytes: bool = Field(
+        True, description="engine.kind mock: pool values sized like the target's KV (false: empty)"
+    )
+    # Who shares the pool (rackserve/sim/pool_scope.py): "rack" = one pool of the decode GPUs' spare HBM
+    # and every tray's host DRAM, for every prefill rank; "instance" = each prefill instance offloads to
+    # its own trays' host DRAM only, over its CPU-GPU link (vLLM's CPU offload); "agentx" = "instance"
+    # capped at 3 TB per 8 GPUs (AgentX's KV-offload rule, REFERENCE.md "How the benchmark measures");
+    # "none" = no pool.
+    scope: Literal["rack", "instance", "agentx", "none"] = "rack"
+    # Per-transfer setup of a pool read or write (submit + completion + metadata round trip), on top of
+    # bytes / bandwidth: spare HBM over NVLink ~ NCCL's LL base latency 6.6 us; host DRAM over RDMA ~ one
+    # DeepEP low-latency RDMA round, EP8 dispatch 77 us at 128 tokens (REFERENCE.md, public parameters).
+    hbm_transfer_setup_s: float = Field(6.6e-6, ge=0, description="setup of one spare-HBM pool transfer")
+    dram_transfer_setup_s: float = Field(77e-6, ge=0, description="setup of one host-DRAM pool transfer")
+    prefetch_while_queued: bool = Field(
+        True, description="a prefill rank starts fetching a prompt's pooled KV when it queues the prompt",
+    )
 
     @model_validator(mode="after")
     def _watermarks_ordered(self) -> PoolSection:
@@ -120,6 +152,19 @@ class RoutingSection(Section):
     overlap_score_weight: float = Field(1.0, ge=0, description="dynamo-kv: prefill-block weight")
     temperature: float = Field(0.0, ge=0, description="dynamo-kv: softmax temperature, 0 = argmin")
     prefix_hash_blocks: int = Field(4, gt=0, description="prefix-hash: leading blocks hashed")
+    # dynamo-kv, as ai-dynamo/dynamo docs/components/router/router-configuration.md names its knobs:
+    # cost = prefill_load_scale x max(active prefill blocks + prompt blocks - overlap credit, 0)
+    #        + active decode blocks + new blocks, overlap credit weighted by tier.
+    prefill_load_scale: float = Field(1.0, ge=0, description="dynamo-kv: weight of the prefill blocks (Dynamo's default 1)")
+    overlap_score_credit: float = Field(1.0, ge=0, description="dynamo-kv: credit per block in the rank's HBM (device tier, 1.0)")
+    pool_hbm_hit_weight: float = Field(0.75, ge=0, le=1, description="dynamo-kv: credit per pooled spare-HBM block (a shared cache; Dynamo's host weight taken)")
+    host_cache_hit_weight: float = Field(0.75, ge=0, le=1, description="dynamo-kv: credit per pooled host-DRAM block (Dynamo's default 0.75)")
+    lockstep_balance: bool = Field(
+        True, description="least-uncached-work: charge the idle a pick forces on its lockstep sibling ranks",
+    )
+    # How long a KV event takes from its publisher to the router's index (stored blocks are invisible to
+    # routing before): the live stack's Redis-stream lag (bench/event_lag.py, bench/results/event_lag.json).
+    event_lag_s: float = Field(1e-3, ge=0, description="KV event lag, simulated seconds")
 
     @model_validator(mode="after")
     def _known_policy(self) -> RoutingSection:

@@ -21,15 +21,31 @@ from rackserve.routing.view import ClusterView, RequestView, Scored
 class PolicySettings:
     """Everything any policy may need at construction; each policy reads only its own fields.
 
-    overlap_score_weight / temperature: Dynamo's KV-router parameters (dynamo-kv).
+    prefill_load_scale / overlap_score_credit / pool_hbm_hit_weight / host_cache_hit_weight /
+    temperature: Dynamo's KV-router parameters (dynamo-kv; config.RoutingSection says where from).
+    overlap_score_weight: Dynamo's deprecated name, kept for old configs: when given, it is the
+    prefill_load_scale, and 0 also turns the overlap credit off (as Dynamo maps it).
+    lockstep_balance: least-uncached-work charges the idle a pick forces on lockstep siblings.
     prefix_hash_blocks: how many leading blocks key the consistent hash (prefix-hash).
     """
 
     cost: CostModel | None = None
     seed: int = 0
-    overlap_score_weight: float = 1.0
+    overlap_score_weight: float | None = None
+    prefill_load_scale: float = 1.0
+    overlap_score_credit: float = 1.0
+    pool_hbm_hit_weight: float = 0.75
+    host_cache_hit_weight: float = 0.75
     temperature: float = 0.0
+    lockstep_balance: bool = True
     prefix_hash_blocks: int = 4
+
+    def dynamo_scale_and_credit(self) -> tuple[float, float]:
+        """(prefill_load_scale, device overlap credit) after the deprecated overlap_score_weight."""
+        w = self.overlap_score_weight
+        if w is None:
+            return self.prefill_load_scale, self.overlap_score_credit
+        return w, (0.0 if w == 0 else self.overlap_score_credit)
 
 
 class Policy(Protocol):

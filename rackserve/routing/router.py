@@ -12,6 +12,24 @@ from rackserve.routing.records import DecisionRecorder
 from rackserve.routing.view import ClusterView, Decision, NoRankAvailable, RequestView
 
 
+def policy_settings(section: RoutingSection, cost: CostModel | None = None) -> PolicySettings:
+    """The policy knobs of a routing section (overlap_score_weight only when the config names it:
+    it is Dynamo's deprecated alias of prefill_load_scale)."""
+    legacy = section.overlap_score_weight if "overlap_score_weight" in section.model_fields_set else None
+    return PolicySettings(
+        cost=cost,
+        seed=section.seed,
+        overlap_score_weight=legacy,
+        prefill_load_scale=section.prefill_load_scale,
+        overlap_score_credit=section.overlap_score_credit,
+        pool_hbm_hit_weight=section.pool_hbm_hit_weight,
+        host_cache_hit_weight=section.host_cache_hit_weight,
+        temperature=section.temperature,
+        lockstep_balance=section.lockstep_balance,
+        prefix_hash_blocks=section.prefix_hash_blocks,
+    )
+
+
 class Router:
     """Owns the prefix index (feed it with `router.index.apply(event)`), one policy, and the
     decision records (`router.records.deliver(request_id, cached_tokens)` once the rank reports)."""
@@ -28,20 +46,13 @@ class Router:
 
     @classmethod
     def from_config(cls, section: RoutingSection, cost: CostModel | None = None) -> Router:
-        settings = PolicySettings(
-            cost=cost,
-            seed=section.seed,
-            overlap_score_weight=section.overlap_score_weight,
-            temperature=section.temperature,
-            prefix_hash_blocks=section.prefix_hash_blocks,
-        )
-        return cls(make_policy(section.policy, settings))
+        return cls(make_policy(section.policy, policy_settings(section, cost)))
 
     def route(self, request: RequestView, cluster: ClusterView) -> Decision:
         """Pick a prefill rank (by policy) and a decode rank (least active blocks) for `request`;
         recorded under `request.request_id` when it has one."""
         if not cluster.prefill_ranks():
-            raise NoRankAvailable("cluster: no healthy prefill rank")
+            raise NoRankAvailable("cluster: no healthy prefill rank", "prefill")
         match = self.match(request)
         pick = self.policy.choose(request, cluster, match)
         decode = place_decode(cluster, request.decode_layout)

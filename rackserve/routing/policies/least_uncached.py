@@ -4,6 +4,11 @@ Cost of a rank = work already queued there + compute for tokens cached nowhere i
 transfer for tokens found in the pool (by tier) + nothing for tokens in its own HBM. Times come
 from the cost model, so heterogeneous layouts compare fairly. Ties go to the less loaded rank
 (queued work, queued tokens, running sequences), then to the lower (instance, dp_rank).
+
+Lockstep balance (routing.lockstep_balance, on by default): the ranks of one instance step
+together, so work a rank holds beyond its busiest sibling's is time the siblings idle. A rank's
+cost then adds that forced idle, max(0, its queued work + the prompt's - the instance's busiest
+rank's queued work): a cache-rich rank keeps its turns only while the saving beats the idle.
 """
 
 from __future__ import annotations
@@ -37,8 +42,41 @@ class LeastUncachedWork:
         if settings.cost is None:
             raise ValueError("routing.policy: least-uncached-work needs a cost model (timing)")
         self._cost = settings.cost
+        self._balance = settings.lockstep_balance
 
     def choose(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
+        if self._balance or match.instance_pools is not None:
+            return self._choose_per_instance(request, cluster, match)
+        return self._choose_by_layout(request, cluster, match)
+
+    def _choose_per_instance(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
+        """Each instance's least-loaded rank and every rank holding part of the prompt in HBM,
+        priced with the instance's pool (when pools are per instance) and the lockstep idle."""
+        by_instance: dict[str, list[RankState]] = {}
+        for rank in cluster.ranks:  # unhealthy ranks too: they still are lockstep siblings
+            if rank.role == "prefill":
+                by_instance.setdefault(rank.instance, []).append(rank)
+        in_hbm = match.rank_blocks
+        best: tuple[float, tuple[float, int, int, RankId]] | None = None
+        pick: RankState | None = None
+        score = 0.0
+        for ranks in by_instance.values():
+            busiest = max(r.queued_work_s for r in ranks) if self._balance and len(ranks) > 1 else None
+            healthy = [r for r in ranks if r.healthy]
+            coldest = min((r for r in healthy if r.key not in in_hbm), key=_load_order, default=None)
+            for rank in healthy:
+                if rank is not coldest and rank.key not in in_hbm:
+                    continue
+                hit = match.tokens(in_hbm.get(rank.key, 0), rank.instance)
+                done = rank.queued_work_s + uncached_work_s(self._cost, rank.layout, hit, request.prompt_tokens)
+                priced = done if busiest is None else done + max(0.0, done - busiest)  # + the siblings' idle
+                key = (priced, rank.load_order)
+                if best is None or key < best:
+                    best, pick, score = key, rank, done
+        assert best is not None and pick is not None
+        return Scored(pick, score)  # the score stays the estimated finish (seconds)
+
+    def _choose_by_layout(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
         # Only ranks holding part of the prompt in HBM, plus the least-loaded cold rank of each
         # layout, can win: every other cold rank costs the same work on top of a longer queue.
         in_hbm = match.rank_blocks
@@ -79,3 +117,7 @@ class LeastUncachedWork:
         work = uncached_work_s(self._cost, layout, match.tokens(hbm), request.prompt_tokens)
         priced[(layout, hbm)] = work
         return work
+
+
+def _load_order(rank: RankState) -> tuple[float, int, int, RankId]:
+    return rank.load_order

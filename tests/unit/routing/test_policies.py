@@ -91,7 +91,7 @@ def test_luw_hot_cached_rank_loses_to_idle_cold_one_when_its_queue_is_long(
     cost, idle_cluster, queued_s, winner
 ):
     # cached: 37 new tokens ~ 3.7 ms + queue; cold: 165 new tokens ~ 16.5 ms.
-    r = _router("least-uncached-work", cost)
+    r = _router("least-uncached-work", cost, lockstep_balance=False)
     _cache(r, "p1", 0, 8)
     d = r.route(REQ, _with(idle_cluster, ("p1", 0), queued_work_s=queued_s, queued_tokens=9999))
     assert (d.instance, d.dp_rank) == winner
@@ -126,25 +126,77 @@ def test_luw_compares_layouts_by_the_timing_model(cost, idle_cluster):
 
 
 # ---- dynamo-kv --------------------------------------------------------------------------------
-def test_dynamo_cost_formula(idle_cluster):
-    policy = make_policy("dynamo-kv", PolicySettings(overlap_score_weight=2.0))
-    r = Router(policy)
+def _dkv(**kw):
+    return make_policy("dynamo-kv", PolicySettings(**kw))
+
+
+def _dkv_cost(policy, rank: RankState, hbm: int = 0, pool: tuple[int, int] = (0, 0)) -> float:
+    """dynamo-kv's cost of REQ (11 blocks of 16) on `rank` holding `hbm` leading blocks, with a
+    rack pool holding `pool` = (spare-HBM, DRAM) blocks right after them."""
+    from rackserve.routing import PrefixMatch
+
+    match = PrefixMatch(BS, REQ.prompt_tokens, {rank.key: hbm} if hbm else {}, {hbm: pool, 0: pool})
+    return policy.cost(REQ, rank, match)
+
+
+P = RankState("p1", 0, "dep2", "prefill")
+
+
+def test_dynamo_prefill_term_is_active_prefill_plus_prompt_blocks_minus_device_credit():
+    # active prefill 32 tokens = 2 blocks; prompt 11 blocks; 8 in HBM: prefill 2 + 11 - 8 = 5,
+    # new blocks 11 - 8 = 3
+    rank = dataclasses.replace(P, queued_tokens=32)
+    assert _dkv_cost(_dkv(), rank, hbm=8) == 5 + 3
+    assert _dkv_cost(_dkv(), rank) == 13 + 11  # cold: no credit, every block new
+
+
+def test_dynamo_prefill_load_scale_scales_only_the_adjusted_prefill_blocks():
+    rank = dataclasses.replace(P, queued_tokens=32, active_decode_blocks=4)
+    assert _dkv_cost(_dkv(prefill_load_scale=2.0), rank, hbm=8) == 2.0 * 5 + 4 + 3
+
+
+def test_dynamo_adjusted_prefill_is_clamped_at_zero():
+    # a credit of 3 per device block: 2 + 11 - 24 < 0 -> 0; only the decode side remains
+    rank = dataclasses.replace(P, queued_tokens=32)
+    assert _dkv_cost(_dkv(overlap_score_credit=3.0), rank, hbm=8) == 0 + 3
+
+
+def test_dynamo_decode_term_is_active_decode_blocks_plus_new_blocks():
+    rank = dataclasses.replace(P, active_decode_blocks=7)
+    assert _dkv_cost(_dkv(), rank, hbm=8) == (11 - 8) + 7 + (11 - 8)
+    assert _dkv_cost(_dkv(), rank, hbm=11) == 0 + 7 + 0  # every block held: nothing new
+
+
+def test_dynamo_overlap_credit_is_weighted_by_tier():
+    # 4 blocks in spare HBM, 4 in DRAM of the pool: credit 0.5 x 4 + 0.25 x 4 = 3; pooled blocks
+    # are still new on the rank (they must be allocated there)
+    policy = _dkv(pool_hbm_hit_weight=0.5, host_cache_hit_weight=0.25)
+    assert _dkv_cost(policy, P, pool=(4, 4)) == (11 - 3) + 11
+    assert _dkv_cost(_dkv(), P, pool=(4, 4)) == (11 - 0.75 * 8) + 11  # Dynamo's default 0.75
+
+
+def test_dynamo_targets_are_worker_and_dp_rank(idle_cluster):
+    # the two ranks of one instance are separate targets: the one with less active prefill wins
+    r = _router("dynamo-kv")
     _cache(r, "p1", 0, 8)
-    ranks = _with(idle_cluster, ("p1", 0), queued_tokens=32, active_decode_blocks=5).prefill_ranks()
-    costs = policy.costs(REQ, ranks, r.match(REQ))
-    # 11 request blocks; p1/0: prefill = 2 queued + 11 - 8 cached = 5, decode = 5 + 11.
-    assert costs == [2.0 * 11 + 11] * 2 + [2.0 * 5 + 16, 2.0 * 11 + 11]
+    _cache(r, "p1", 1, 8)
+    cluster = _with(idle_cluster, ("p1", 0), queued_tokens=64)
+    assert r.route(REQ, cluster).key == ("p1", 1)
+
+
+def test_dynamo_deprecated_overlap_score_weight_maps_as_dynamo_maps_it():
+    rank = dataclasses.replace(P, queued_tokens=32, active_decode_blocks=4)
+    assert _dkv_cost(_dkv(overlap_score_weight=2.0), rank, hbm=8) == 2.0 * 5 + 4 + 3  # = prefill_load_scale
+    assert _dkv_cost(_dkv(overlap_score_weight=0.0), rank, hbm=8) == 0 + 4 + 3  # and no credit
+    legacy = Router.from_config(RoutingSection(policy="dynamo-kv", overlap_score_weight=0.0))
+    assert _dkv_cost(legacy.policy, rank, hbm=8) == 0 + 4 + 3
 
 
 def test_dynamo_cached_wins_idle_and_loses_to_decode_load(idle_cluster):
     r = _router("dynamo-kv")
     _cache(r, "p1", 0, 8)
-    assert r.route(REQ, idle_cluster).key == ("p1", 0)
-    assert r.route(REQ, _with(idle_cluster, ("p1", 0), active_decode_blocks=9)).key != ("p1", 0)
-    ignore_cache = _router("dynamo-kv", overlap_score_weight=0.0)
-    _cache(ignore_cache, "p1", 0, 8)
-    loaded = _with(idle_cluster, ("p1", 0), active_decode_blocks=1)
-    assert ignore_cache.route(REQ, loaded).key != ("p1", 0)
+    assert r.route(REQ, idle_cluster).key == ("p1", 0)  # 3 + 3 against 11 + 11
+    assert r.route(REQ, _with(idle_cluster, ("p1", 0), active_decode_blocks=17)).key != ("p1", 0)
 
 
 def test_dynamo_temperature_samples_softmax_seeded(idle_cluster):
@@ -251,17 +303,22 @@ def test_luw_pick_equals_brute_force_argmin(cost, rows, pool_hbm, pool_dram):
     starts = {0, *blocks.values()}
     match = PrefixMatch(BS, REQ.prompt_tokens, blocks, {s: (pool_hbm, pool_dram) for s in starts})
     cluster = ClusterView(ranks)
-    pick = make_policy("least-uncached-work", PolicySettings(cost=cost)).choose(REQ, cluster, match)
+    for balance in (False, True):
+        policy = make_policy("least-uncached-work", PolicySettings(cost=cost, lockstep_balance=balance))
+        pick = policy.choose(REQ, cluster, match)
 
-    def brute_key(r: RankState):
-        work = uncached_work_s(
-            cost, r.layout, match.tokens(blocks.get(r.key, 0)), REQ.prompt_tokens
-        )
-        return (r.queued_work_s + work, r.load_order)
+        def brute_key(r: RankState, balance=balance):
+            work = uncached_work_s(
+                cost, r.layout, match.tokens(blocks.get(r.key, 0)), REQ.prompt_tokens
+            )
+            done = r.queued_work_s + work
+            siblings = [s.queued_work_s for s in ranks if s.instance == r.instance]
+            if balance and len(siblings) > 1:
+                done += max(0.0, done - max(siblings))
+            return (done, r.load_order)
 
-    want = min((r for r in ranks if r.healthy), key=brute_key)
-    assert pick.rank == want
-    assert pick.score == brute_key(want)[0]
+        want = min((r for r in ranks if r.healthy), key=brute_key)
+        assert pick.rank == want
 
 
 def test_luw_skips_an_unhealthy_cached_rank_and_short_prompts_work(cost, idle_cluster):
