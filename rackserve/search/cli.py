@@ -30,6 +30,8 @@ def frontier(
     ray_address: Annotated[str | None, typer.Option(help="a Ray cluster to run the replays on (default: local)")] = None,
     num_cpus: Annotated[int | None, typer.Option(help="local Ray CPUs (default: all)")] = None,
     window_s: Annotated[float | None, typer.Option(help="replay window in simulated s (default: the rack's, 900)")] = None,
+    max_point_cpu_s: Annotated[float | None, typer.Option(
+        help="a replay predicted to cost more gets a shorter window (>= 120 s), recorded on the point")] = None,
     screen_only: Annotated[bool, typer.Option(help="screen every configuration, replay nothing")] = False,
     resume: Annotated[bool, typer.Option(help="keep the replayed points of OUT/frontier.json, run only the rest")] = False,
 ) -> None:
@@ -45,13 +47,9 @@ def frontier(
     out.mkdir(parents=True, exist_ok=True)
     path = out / "frontier.json"
     previous = read_previous(path) if resume else []
-    previous = [p for p in previous if p.get("window_s", spec.search.window_s) == spec.search.window_s]
     command = "rackserve sim frontier " + " ".join(shlex.quote(a) for a in sys.argv[3:])
 
     def write(report: dict) -> None:
-        for p in report["points"]:
-            if p["source"] == "replay":
-                p.setdefault("window_s", spec.search.window_s)
         path.write_text(json.dumps(report, indent=1, default=float) + "\n")
         done = sum(p["source"] == "replay" for p in report["points"])
         console.print(f"{done} points replayed, {report['cpu_s']['total']:.0f} CPU s; wrote {path}")
@@ -63,7 +61,7 @@ def frontier(
 
     try:
         report = search(spec, None if screen_only else runner, interactivity, percentile, goals, budget_cpu_s,
-                        previous, write, {"command": command, "rack_file": str(rack)})
+                        previous, write, {"command": command, "rack_file": str(rack)}, max_point_cpu_s)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     write(report)

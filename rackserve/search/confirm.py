@@ -28,16 +28,19 @@ RESULT_KEYS = ("throughput_per_gpu", "output_tps_per_gpu", *INTERACTIVITY_KEYS, 
                "decode_idle_frac", "cpu_s", "wall_s")
 
 
-def replay_point(rack: dict, config: dict, concurrency: int) -> dict:
+def replay_point(rack: dict, config: dict, concurrency: int, window_s: float | None = None) -> dict:
     """One discrete-event run (inside a Ray task or in-process): the figures a frontier point keeps."""
     spec = RackSpec.model_validate(rack)
+    if window_s:
+        spec = spec.model_copy(update={"search": spec.search.model_copy(update={"window_s": window_s})})
     cfg = Config.from_dict(config)
     start = time.process_time()
     res = simulate(scenario_of(spec, cfg, concurrency), policy=cfg.policy).to_dict()
     row = {k: res.get(k) for k in RESULT_KEYS}
     row["cpu_s"] = time.process_time() - start
     row["max_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
-    return {"config": config, "concurrency": int(concurrency), "source": "replay", **row}
+    return {"config": config, "concurrency": int(concurrency), "source": "replay",
+            "window_s": spec.search.window_s, **row}
 
 
 class InProcess:
@@ -45,7 +48,7 @@ class InProcess:
 
     def run(self, rack: dict, cands: Sequence[Candidate]) -> Iterator[dict]:
         for c in cands:
-            yield replay_point(rack, c.config, c.concurrency)
+            yield replay_point(rack, c.config, c.concurrency, c.window_s)
 
     def close(self) -> None:
         pass
@@ -70,7 +73,7 @@ class RayPool:
     def run(self, rack: dict, cands: Sequence[Candidate]) -> Iterator[dict]:
         ray = self._ray
         ref = ray.put(rack)
-        pending = [self._task.remote(ref, c.config, c.concurrency) for c in cands]
+        pending = [self._task.remote(ref, c.config, c.concurrency, c.window_s) for c in cands]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             yield ray.get(done[0])

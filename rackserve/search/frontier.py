@@ -121,11 +121,8 @@ def report(rack: RackSpec, curves: Curves, rejected: list[dict], replays: Sequen
     basis = replay_pts or screen_pts
     envs = {pc: env_math.envelope(basis, "tps_user_" + pc) for pc in PERCENTILES}
     env = envs[percentile]
-    at = {}
-    for t in targets:
-        win = env_math.winner_at(env, t, "tps_user_" + percentile)
-        at[f"{t:g}"] = None if win is None else {"config": win["config"], "throughput_per_gpu": win["throughput_per_gpu"],
-                                                   "point": _brief(win["point"])}
+    screen_env = env_math.envelope(screen_pts, "tps_user_" + percentile)
+    at = {f"{t:g}": _at_target(env, screen_env, t, "tps_user_" + percentile, bool(replay_pts)) for t in targets}
     peak = max(basis, key=lambda p: p["throughput_per_gpu"], default=None)
     lo, hi = (min(targets), max(targets)) if targets else (0.0, 0.0)
     return {
@@ -144,8 +141,23 @@ def report(rack: RackSpec, curves: Curves, rejected: list[dict], replays: Sequen
     }
 
 
+def _at_target(env: list[dict], screen_env: list[dict], target: float, x: str, replayed: bool) -> dict | None:
+    """The winner at `target` on the replayed envelope; the screen's where the replays do not reach
+    down to the target and the screen says more throughput lies there (marked source "screen");
+    None only when neither envelope reaches the target."""
+    win, scr = env_math.winner_at(env, target, x), env_math.winner_at(screen_env, target, x)
+    if win is None and scr is None:
+        return None
+    below = bool(env) and target < min(p[x] for p in env)
+    unconfirmed = win is None or (below and scr is not None and scr["throughput_per_gpu"] > 1.1 * win["throughput_per_gpu"])
+    use, source = (scr, "screen") if unconfirmed or not replayed else (win, "replay")
+    return {"config": use["config"], "throughput_per_gpu": use["throughput_per_gpu"], "source": source,
+            "point": _brief(use["point"]), "screen_config": scr and scr["config"],
+            "screen_throughput_per_gpu": scr and scr["throughput_per_gpu"]}
+
+
 def _brief(p: dict) -> dict:
-    keys = ("concurrency", "throughput_per_gpu", "tps_user_p50", "tps_user_p90", "tps_user_e2e_p50",
+    keys = ("concurrency", "window_s", "throughput_per_gpu", "tps_user_p50", "tps_user_p90", "tps_user_e2e_p50",
             "tps_user_e2e_p90", "tps_user_itl_p50", "tps_user_itl_p90", "ttft_p50_s", "ttft_p90_s", "source")
     return {"config": p["config"], **{k: p.get(k) for k in keys}}
 
@@ -161,7 +173,7 @@ def git_commit() -> str:
 def search(rack: RackSpec, runner_factory: Callable[[], Runner] | None, interactivity: str = "e2e",
            percentile: str = "p90", targets: Sequence[float] | None = None, budget_cpu_s: float | None = None,
            previous: Sequence[dict] = (), on_update: Callable[[dict], None] | None = None,
-           extra: dict | None = None) -> dict:
+           extra: dict | None = None, max_point_cpu_s: float | None = None) -> dict:
     """The whole search. `runner_factory` None: screen only. `previous`: replay points of an earlier
     run of the same rack and window (resumed, not run again). `on_update(report)` after every replay."""
     x = speed_key(interactivity, percentile)
@@ -171,7 +183,7 @@ def search(rack: RackSpec, runner_factory: Callable[[], Runner] | None, interact
     curves, rejected = screen_all(rack, mix)
     screen_cpu = time.process_time() - t0
     replays = [r for r in previous if r.get("source") == "replay" and r["config"]["label"] in curves]
-    cands = plan(curves, targets, x, rack.search.window_s, _cpu_per_request(replays))
+    cands = plan(curves, targets, x, rack.search.window_s, _cpu_per_request(replays), max_point_cpu_s)
     todo = within_budget(cands, budget_cpu_s, {(r["config"]["label"], r["concurrency"]) for r in replays})
     base = {"window_s": rack.search.window_s, "planned": [c.__dict__ for c in cands],
             "code": git_commit(), **(extra or {})}

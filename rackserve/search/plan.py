@@ -16,7 +16,8 @@ from rackserve.search.envelope import THROUGHPUT, envelope
 
 CPU_S_PER_REQUEST = 1.0e-3  # bench/results/agentx-rack frontier900-*: 0.68-1.3 ms per completed request
 CPU_S_PER_POINT = 6.0  # reading and hashing the trace, building the simulator
-FLANKS = (0.8, 1.25)  # lanes around a target's crossing, so the replays bracket it
+FLANKS = (0.8, 1.25)
+MIN_WINDOW_S = 120.0  # shortest replay window a cut may give: the release transient is ~10-20 s  # lanes around a target's crossing, so the replays bracket it
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Candidate:
     concurrency: int
     why: str
     est_cpu_s: float
+    window_s: float = 0.0  # the replay's measured window (simulated s)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -51,8 +53,11 @@ def _rate_at(curve: Sequence[dict], lanes: int) -> float:
 
 
 def plan(curves: dict[str, tuple[dict, list[dict]]], targets: Sequence[float], x: str, window_s: float,
-         cpu_s_per_request: float = CPU_S_PER_REQUEST) -> list[Candidate]:
-    """Replay candidates by priority. `curves`: label -> (config dict, screen points)."""
+         cpu_s_per_request: float = CPU_S_PER_REQUEST, max_point_cpu_s: float | None = None,
+         min_window_s: float = MIN_WINDOW_S) -> list[Candidate]:
+    """Replay candidates by priority. `curves`: label -> (config dict, screen points). With
+    `max_point_cpu_s`, a point whose full window would cost more gets a window cut to fit (never
+    under `min_window_s`); the point records its window."""
     pts = [{**p, "label": label} for label, (_, curve) in curves.items() for p in curve]
     env = envelope(pts, x)
     out: list[Candidate] = []
@@ -61,8 +66,11 @@ def plan(curves: dict[str, tuple[dict, list[dict]]], targets: Sequence[float], x
         if lanes is None or lanes < 1:
             return
         cfg, curve = curves[label]
-        est = CPU_S_PER_POINT + cpu_s_per_request * _rate_at(curve, lanes) * window_s
-        cand = Candidate(cfg, int(lanes), why, est)
+        rate = _rate_at(curve, lanes)
+        win = window_s
+        if max_point_cpu_s is not None:  # a point too dear for the full window gets a shorter one
+            win = min(window_s, max(min_window_s, (max_point_cpu_s - CPU_S_PER_POINT) / (cpu_s_per_request * rate)))
+        cand = Candidate(cfg, int(lanes), why, CPU_S_PER_POINT + cpu_s_per_request * rate * win, float(win))
         if all(c.key != cand.key for c in out):
             out.append(cand)
 

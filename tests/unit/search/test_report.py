@@ -54,3 +54,14 @@ def test_bad_interactivity_or_percentile_is_a_clear_error():
         speed_key("ttft", "p90")
     with pytest.raises(ValueError, match="percentile"):
         speed_key("e2e", "p99")
+
+
+def test_a_target_below_the_replayed_range_takes_the_screens_answer_and_says_so():
+    # replays reach down to 300 tok/s/user only; the screen puts 1,500 tok/s/GPU at 200
+    rep = report(RACK, CURVES, [], REPLAYS, MIX, "e2e", "p90", [250, 950, 2000], {}, {})
+    at = rep["at_target"]
+    assert at["250"]["source"] == "screen"
+    assert at["250"]["config"]["label"] == "busy"
+    assert at["250"]["throughput_per_gpu"] > 1000  # between the screen's (400, 500) and (200, 1500)
+    assert at["950"]["source"] == "screen"  # no replay reaches 950 but the screen's fast curve does
+    assert at["2000"] is None  # nothing reaches it: null, never the peak

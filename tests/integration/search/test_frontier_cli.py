@@ -1,0 +1,60 @@
+"""`rackserve sim frontier` end to end: screen, replays as real Ray tasks, frontier.json, plot, resume."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[3]
+RACK = """
+name: tiny
+gpus: 12
+timing: {hardware: vr200, model: deepseek-v4.1-flash, optimizations: rubin-optimized}
+sim: {kv_block_multiple: 16}
+workload: {kind: agentx-trace, seed: 0, concurrency: 1, limit: 12, warmup_first: true}
+space:
+  prefill: [{layout: dep2, counts: [1, 2]}]
+  decode: [{layout: tp8, counts: [1]}]
+  decode_max_num_seqs: [64, 1024]
+search: {window_s: 30, warmup_s: 5, targets: [387, 100000]}
+"""
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rackserve.cli", "sim", "frontier", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_frontier_screens_replays_reports_and_resumes(tmp_path):
+    rack = tmp_path / "tiny.yaml"
+    rack.write_text(RACK)
+    out = tmp_path / "out"
+    proc = run(str(rack), "--out", str(out), "--budget-cpu-s", "60", "--num-cpus", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = json.loads((out / "frontier.json").read_text())
+    assert rep["schema"] == "rackserve.sim.frontier/1"
+    assert rep["configs_screened"] == 4 and rep["interactivity"] == "e2e" and rep["percentile"] == "p90"
+    replays = [p for p in rep["points"] if p["source"] == "replay"]
+    assert replays, "the budget allows at least one replay"
+    assert all(p["completed"] > 0 and p["config"]["gpus"] in (10, 12) for p in replays)
+    assert rep["envelope_source"] == "replay"
+    assert rep["at_target"]["100000"] is None  # unreachable: null, not the peak
+    assert rep["peak"]["throughput_per_gpu"] == max(p["throughput_per_gpu"] for p in replays)
+    assert rep["screen_error"]["per_point"] and rep["cpu_s"]["replay"] > 0
+    assert (out / "frontier.png").stat().st_size > 10_000
+    # resume: the replayed points are kept and not run again
+    proc = run(str(rack), "--out", str(out), "--budget-cpu-s", "0", "--resume", "--num-cpus", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    again = json.loads((out / "frontier.json").read_text())
+    assert sorted((p["config"]["label"], p["concurrency"]) for p in again["points"] if p["source"] == "replay") == \
+        sorted((p["config"]["label"], p["concurrency"]) for p in replays)
+
+
+def test_a_bad_option_is_a_clear_error(tmp_path):
+    rack = tmp_path / "tiny.yaml"
+    rack.write_text(RACK)
+    proc = run(str(rack), "--interactivity", "ttft", "--out", str(tmp_path / "o"))
+    assert proc.returncode != 0 and "interactivity" in proc.stderr + proc.stdout
