@@ -13,5 +13,5 @@ def place_decode(cluster: ClusterView, layout: str | None = None) -> RankState |
     """
     best = cluster.least_loaded_decode(layout)
     if best is None and any(r.role == "decode" for r in cluster.ranks):
-        raise NoRankAvailable(f"decode_layout: no healthy decode rank of layout {layout!r}")
+        raise NoRankAvailable(f"decode_layout: no healthy decode rank of layout {layout!r}", "decode")
     return best

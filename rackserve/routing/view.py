@@ -158,3 +158,7 @@ class Decision:
 
 class NoRankAvailable(ValueError):
     """No healthy rank of the needed role (and layout) is in the cluster view."""
+
+    def __init__(self, message: str, role: str) -> None:
+        super().__init__(message)
+        self.role = role  # "prefill" or "decode": which worker a client is told is unavailable

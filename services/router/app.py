@@ -32,8 +32,9 @@ from services.router.openai_models import (
 from services.router.orchestrator import Orchestrator, Sampling, Trip
 from services.router.prompt_ids import BadRequest, chat_prompt, check_model, completion_prompt
 from services.router.response_shape import Shape, timings_of, usage_of
-from services.router.sim_headers import sim_headers, stream_error_message
+from services.router.sim_headers import sim_headers
 from services.router.sse_response import SSEResponse, dumps
+from services.router.stream_errors import WorkerUnavailable, stream_error_message
 from services.router.tokenize_routes import add_tokenize_routes
 from services.stage_timer import arrived_s, observe
 
@@ -188,10 +189,7 @@ def _install_errors(app: FastAPI) -> None:
             body = error_body(f"server busy: {exc.details()}", kind="rate_limit_exceeded")
             return JSONResponse(body, status_code=429, headers={"retry-after": str(RETRY_AFTER_S)})
         log.warning("worker call failed: %s %s", exc.code().name, exc.details())
-        return JSONResponse(
-            error_body(f"worker unavailable: {exc.code().name}", kind="server_error"),
-            status_code=503,
-        )
+        return _unavailable(stream_error_message(exc))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -199,19 +197,26 @@ def _install_errors(app: FastAPI) -> None:
         body = error_body("internal server error (details in the router log)", kind="server_error")
         return JSONResponse(body, status_code=500)
 
+    @app.exception_handler(WorkerUnavailable)
+    async def unavailable(_: Request, exc: WorkerUnavailable) -> JSONResponse:
+        """A worker failed past the migration budget, or every rank of a role is out (failed,
+        restarting, drained): retryable, with the same message a stream gets in-band."""
+        log.warning("request failed before its first token: %s", exc.__cause__ or exc)
+        return _unavailable(exc.message)
+
     @app.exception_handler(NoRankAvailable)
     async def no_rank(_: Request, exc: NoRankAvailable) -> JSONResponse:
-        """Every rank is out (failed, restarting, drained): retryable, like a worker outage."""
-        return JSONResponse(
-            error_body(f"no worker available: {exc}", kind="server_error", code="unavailable"),
-            status_code=503,
-            headers={"retry-after": str(RETRY_AFTER_S)},
-        )
+        return _unavailable(WorkerUnavailable.from_no_rank(exc).message)
 
     @app.exception_handler(StarletteHTTPException)
     async def http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return JSONResponse(error_body(str(exc.detail), kind=kind), status_code=exc.status_code)
+
+
+def _unavailable(message: str) -> JSONResponse:
+    body = error_body(message, kind="server_error", code="unavailable")
+    return JSONResponse(body, status_code=503, headers={"retry-after": str(RETRY_AFTER_S)})
 
 
 def _prepare(
@@ -369,7 +374,10 @@ async def _sse(
             raise
         # The stream has started: report in-band, as OpenAI does, with a short stable message;
         # the details go to the log.
-        log.warning("request %s failed mid-stream", trip.request_id, exc_info=exc)
+        if isinstance(exc, WorkerUnavailable):  # expected (a worker died): no traceback
+            log.warning("request %s failed mid-stream: %s", trip.request_id, exc.__cause__ or exc)
+        else:
+            log.warning("request %s failed mid-stream", trip.request_id, exc_info=exc)
         yield _event(error_body(stream_error_message(exc), kind="server_error"))
     finally:
         door.metrics.front_door.in_flight.dec()

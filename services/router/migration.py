@@ -41,11 +41,6 @@ NOT_MIGRATED = frozenset(
 SUFFIX = "-mig"
 
 
-def should_migrate(exc: grpc.aio.AioRpcError, request_id: str) -> bool:
-    """A worker-side failure (not bad input, not our own cancel) within the migration budget."""
-    return exc.code() not in NOT_MIGRATED and within_budget(request_id)
-
-
 def within_budget(request_id: str) -> bool:
     """The request has been migrated fewer than MAX_MIGRATIONS times."""
     return request_id.count(SUFFIX) < MAX_MIGRATIONS

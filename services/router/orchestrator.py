@@ -14,10 +14,12 @@ from collections.abc import AsyncIterator
 import grpc
 
 from rackserve.kv.block_hash import block_hashes
+from rackserve.routing.view import NoRankAvailable
 from services._proto import decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
 from services.grpc_limits import RECONNECT_OPTIONS
 from services.router import migration
 from services.router.router_core import Route, RouterCore
+from services.router.stream_errors import WorkerUnavailable
 from services.router.trip import Sampling, Trip
 from services.stage_timer import now_s, observe
 
@@ -60,7 +62,10 @@ class Orchestrator:
         The request's load is booked on both its ranks at the routing decision (RouterCore)."""
         started = now_s()
         hashes = block_hashes(prompt, self.block_size, self.model_id)
-        decision = self.router.route(trip.request_id, prompt, hashes, sampling.max_tokens)
+        try:
+            decision = self.router.route(trip.request_id, prompt, hashes, sampling.max_tokens)
+        except NoRankAvailable as exc:
+            raise WorkerUnavailable.from_no_rank(exc) from exc
         observe(self.router.metrics, "route", started)
         try:
             async for tokens in self._serve(trip, prompt, sampling, decision):
@@ -119,12 +124,14 @@ class Orchestrator:
                 self._account_chunk(trip, chunk)
                 yield list(chunk.token_ids)
         except grpc.aio.AioRpcError as exc:  # the decode rank failed: continue elsewhere
-            if not migration.should_migrate(exc, trip.request_id):
+            if exc.code() in migration.NOT_MIGRATED:
                 raise
-            failed = True
-        except TimeoutError:  # the decode rank hangs: cancel, continue elsewhere
             if not migration.within_budget(trip.request_id):
-                raise
+                raise WorkerUnavailable("decode") from exc
+            failed = True
+        except TimeoutError as exc:  # the decode rank hangs: cancel, continue elsewhere
+            if not migration.within_budget(trip.request_id):
+                raise WorkerUnavailable("decode", timed_out=True) from exc
             failed = hung = True
         finally:
             call.cancel()
@@ -150,8 +157,10 @@ class Orchestrator:
                 timeout=self.worker_timeout_s,
             )
         except grpc.aio.AioRpcError as exc:  # the prefill rank failed: route elsewhere
-            if not migration.should_migrate(exc, trip.request_id):
+            if exc.code() in migration.NOT_MIGRATED:
                 raise
+            if not migration.within_budget(trip.request_id):
+                raise WorkerUnavailable("prefill") from exc
             return None
         finally:
             self.router.release(decision, ("prefill",))

@@ -87,7 +87,7 @@ class RouterCore:
             self._release_locked(request_id, PARTS)
             decision = self.router.route(request, ClusterView(tuple(self._ranks.values())))
             if decision.decode_instance is None or decision.decode_dp_rank is None:
-                raise NoRankAvailable("cluster: no decode rank")
+                raise NoRankAvailable("cluster: no decode rank", "decode")
             route = Route(
                 request_id,
                 decision.instance,

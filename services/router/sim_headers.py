@@ -10,10 +10,6 @@ non-streamed ones (a stream's come in its last chunk's `rackserve` object).
 
 from __future__ import annotations
 
-import asyncio
-
-import grpc
-
 from services.router.orchestrator import Trip
 
 TIME_SCALE = "x-rackserve-time-scale"
@@ -32,13 +28,3 @@ def sim_headers(trip: Trip, time_scale: float, done: bool) -> dict[str, str]:
         headers[SIM_TPOT] = f"{trip.tpot_s:.6f}"
         headers[SIM_E2E] = f"{trip.e2e_s:.6f}"
     return headers
-
-
-def stream_error_message(exc: BaseException) -> str:
-    """A short, stable in-band message for a stream that failed after it started (no internals:
-    the exception itself is logged by the caller)."""
-    if isinstance(exc, grpc.aio.AioRpcError):
-        return f"worker unavailable ({exc.code().name}); retry the request"
-    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
-        return "worker timed out; retry the request"
-    return "internal error; retry the request (details in the router log)"

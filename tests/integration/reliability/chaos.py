@@ -5,9 +5,11 @@ streams while a fault script kills, in turn, a decode rank's Ray actor, the deco
 prefill service, the router and Redis; nothing is restarted by hand (the launcher's supervisor and
 Ray do it). Every request is classified against a fault-free run of the same prompts:
 - completed: the whole stream, token-for-token the fault-free text (migrated: it changed ranks);
-- clean error: a retryable answer - HTTP 429/503 with an OpenAI error body, an in-band stream
-  error that names no internals, or (the router itself died) a dropped or refused connection;
-- lost: anything else (a different text, a 500, a stream cut without an error, internals, a hang).
+- clean error: a retryable answer - HTTP 429/503 with an OpenAI error body, or an in-band stream
+  error, whose message is one of the documented retryable ones (services/router/stream_errors.py,
+  docs/operating.md), or (the router itself died) a dropped or refused connection;
+- lost: anything else (a different text, a 500, a stream cut without an error, an undocumented
+  message such as "internal error" or one with internals, a hang).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import httpx
 
 from services.launcher import RAY_ENV, descendants
 from services.redis_server import free_port
+from services.router.stream_errors import is_retryable
 from tests.e2e.launcher_proc import LauncherProcess, launcher_command
 
 MODEL = "rackserve-moe-small"
@@ -44,7 +47,6 @@ LOAD_BEFORE_S = 2.0  # load runs this long before the fault ...
 LOAD_AFTER_S = 4.0  # ... and this long after it
 RECOVER_S = 90.0  # the cluster must serve again within this after a fault
 REQUEST_TIMEOUT_S = 60.0  # a request taking longer is a hang: lost
-INTERNALS = ("AioRpcError", "debug_error_string", "Traceback", "StatusCode.", "ipv4:")
 
 
 @dataclass
@@ -52,6 +54,7 @@ class Outcome:
     kind: str  # completed | clean_error | lost
     detail: str = ""
     migrated: bool = False
+    message: str = ""  # the error message a client got (clean or not), if any
 
 
 @dataclass
@@ -63,9 +66,12 @@ class FaultReport:
     notes: dict = field(default_factory=dict)
     killed_at: float | None = None  # time.monotonic() of the kill
     in_flight_errors: int = 0  # clean errors of requests already running at the kill
+    messages: Counter = field(default_factory=Counter)  # error message -> how many clients got it
 
     def record(self, outcome: Outcome, started: float) -> None:
         self.counts[outcome.kind] += 1
+        if outcome.message:
+            self.messages[outcome.message] += 1
         self.counts["migrated"] += outcome.migrated
         if outcome.kind == "lost":
             self.lost.append(outcome.detail)
@@ -86,13 +92,10 @@ class FaultReport:
             "clean_errors_of_requests_in_flight_at_the_kill": self.in_flight_errors,
             "lost": c["lost"],
             "lost_details": self.lost[:5],
+            "error_messages": dict(self.messages.most_common()),
             "serving_again_after_s": round(self.recovered_s, 2),
             **self.notes,
         }
-
-
-def _clean_message(message: str) -> bool:
-    return bool(message) and not any(s in message for s in INTERNALS)
 
 
 def classify(status: int, events: list[str], reference: str) -> Outcome:
@@ -103,9 +106,9 @@ def classify(status: int, events: list[str], reference: str) -> Outcome:
             message = json.loads(body)["error"]["message"]
         except (ValueError, KeyError, TypeError):
             return Outcome("lost", f"HTTP {status} without an OpenAI error body: {body[:120]}")
-        if status in (429, 503) and _clean_message(message):
-            return Outcome("clean_error", f"HTTP {status}")
-        return Outcome("lost", f"HTTP {status}: {message[:120]}")
+        if status in (429, 503) and is_retryable(message):
+            return Outcome("clean_error", f"HTTP {status}", message=message)
+        return Outcome("lost", f"HTTP {status}: {message[:120]}", message=message)
     text, migrated = "", False
     for data in events:
         if data == "[DONE]":
@@ -115,9 +118,9 @@ def classify(status: int, events: list[str], reference: str) -> Outcome:
         chunk = json.loads(data)
         if "error" in chunk:
             message = chunk["error"].get("message", "")
-            if _clean_message(message):
-                return Outcome("clean_error", "in-band error")
-            return Outcome("lost", f"in-band error with internals: {message[:160]}")
+            if is_retryable(message):
+                return Outcome("clean_error", "in-band error", message=message)
+            return Outcome("lost", f"in-band error, not a documented one: {message[:160]}", message=message)
         for choice in chunk.get("choices", []):
             text += choice.get("text") or ""
         decode = (chunk.get("rackserve") or {}).get("decode") or ""

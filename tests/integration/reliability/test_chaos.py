@@ -10,9 +10,12 @@ import asyncio
 
 import pytest
 
+from services.router.stream_errors import timed_out, unavailable
 from tests.integration.reliability.chaos import (
     FAULTS,
+    Outcome,
     chaos,
+    classify,
     idle_metrics,
     start_cluster,
     stop_with_ctrl_c,
@@ -44,6 +47,20 @@ def test_no_request_is_lost_while_every_part_is_killed_in_turn(chaos_cluster):
     assert summary["redis"]["ready_true_again_after_s"] is not None, summary["redis"]
     assert reports["redis"].counts["clean_error"] == 0, summary["redis"]  # misses only
     assert summary["router"]["index_blocks_after_restart"] > 0, summary["router"]  # replayed
+    # A dead decode service's clients are told so, in the documented words.
+    assert set(summary["decode"]["error_messages"]) <= {unavailable("decode"), timed_out("decode")}
+
+
+def _in_band(message: str) -> Outcome:
+    return classify(200, ['{"choices": [{"text": "a"}]}', f'{{"error": {{"message": "{message}"}}}}'], "a")
+
+
+def test_only_documented_messages_are_clean_errors():
+    assert _in_band("worker unavailable (decode); retry the request").kind == "clean_error"
+    assert _in_band("internal error; retry the request (details in the router log)").kind == "lost"
+    assert _in_band("no healthy decode rank of layout None").kind == "lost"
+    refused = classify(503, ['{"error": {"message": "no worker available: layout None"}}'], "")
+    assert refused.kind == "lost"
 
 
 def test_after_the_faults_metrics_are_true_once_idle(chaos_cluster):

@@ -57,9 +57,10 @@ def test_errors_name_what_is_missing(idle_cluster):
     sick = ClusterView(
         tuple(dataclasses.replace(r, healthy=r.role != "prefill") for r in idle_cluster.ranks)
     )
-    with pytest.raises(NoRankAvailable, match="prefill"):
+    with pytest.raises(NoRankAvailable, match="prefill") as err:
         router.route(REQ, sick)
-    assert isinstance(NoRankAvailable("x"), ValueError)
+    assert err.value.role == "prefill"
+    assert isinstance(NoRankAvailable("x", "decode"), ValueError)
 
 
 def test_from_config_uses_the_seed():

@@ -1,11 +1,9 @@
-"""Simulated-clock headers and the short, stable in-band stream errors."""
+"""Simulated-clock headers of a response."""
 
 from __future__ import annotations
 
-import grpc
-
 from services.router.orchestrator import Trip
-from services.router.sim_headers import sim_headers, stream_error_message
+from services.router.sim_headers import sim_headers
 
 
 def test_headers_carry_simulated_latencies() -> None:
@@ -21,19 +19,3 @@ def test_headers_carry_simulated_latencies() -> None:
 
 def test_no_ttft_before_a_token() -> None:
     assert "x-rackserve-sim-ttft-s" not in sim_headers(Trip("r", 3), 1.0, done=True)
-
-
-def test_stream_errors_are_short_and_carry_no_internals() -> None:
-    rpc = grpc.aio.AioRpcError(
-        grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
-        details="failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1",
-        debug_error_string="UNKNOWN:Error received from peer {grpc_status:14}",
-    )
-    message = stream_error_message(rpc)
-    assert message == "worker unavailable (UNAVAILABLE); retry the request"
-    for internal in ("debug_error_string", "AioRpcError", "127.0.0.1", "peer"):
-        assert internal not in message
-    assert stream_error_message(RuntimeError("boom at 0x7f")) == (
-        "internal error; retry the request (details in the router log)"
-    )
-    assert stream_error_message(TimeoutError()) == "worker timed out; retry the request"
