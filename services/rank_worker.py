@@ -25,6 +25,7 @@ from rackserve.kv.events import Publisher
 from rackserve.kv.kv_codec import encode_block
 from rackserve.model.config import ModelConfig
 from rackserve.model.engine import Engine
+from rackserve.model.mock_engine import MockEngine
 from rackserve.model.sampling import SamplingParams
 from rackserve.sched.scheduler import QueueFull
 from rackserve.timing.batch import RankBatch
@@ -112,23 +113,8 @@ class RankWorker:
     pool: PoolLink = field(init=False)
 
     def __post_init__(self) -> None:
-        model = ModelConfig.from_sections(self.cfg.engine, self.cfg.engram)
-        eng = self.cfg.engine
-        table = (
-            ShardedEngramTable(self.engram_addrs, model, cache_rows=self.cfg.engram.cache_rows)
-            if self.engram_addrs
-            else None
-        )
-        self.engine = Engine.from_config(
-            model,
-            engram=table,
-            num_blocks=eng.cache_blocks_per_rank,
-            max_num_batched_tokens=eng.max_num_batched_tokens,
-            max_num_seqs=eng.max_num_seqs,
-            max_queue=eng.max_queue_seqs,
-            publisher=Publisher(self.instance, self.rank),
-        )
-        self.model = model
+        self.engine = self._make_engine()
+        model = self.model = self.engine.cfg
         self.pool = PoolLink(self.pool_addr, owner=f"{self.instance}/{self.rank}")
         self._redis = redis.Redis.from_url(
             self.redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
@@ -136,8 +122,35 @@ class RankWorker:
         self._seqs: dict[str, _Seq] = {}
         self._pump = EventPump(self._redis, Publisher(self.instance, self.rank))
         # One block in the pool's format weighs the same for every block of this model.
-        self._block_bytes = len(encode_block(*self.engine.kv.read_block(0), model.fingerprint))
+        self._block_bytes = (
+            self.engine.pool_block_bytes
+            if isinstance(self.engine, MockEngine)
+            else len(encode_block(*self.engine.kv.read_block(0), model.fingerprint))
+        )
         self._reserver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvpool-reserve")
+
+    def _make_engine(self) -> Engine:
+        """The engine `engine.kind` names: the small model (with the Engram shards when given), or
+        the mock (rackserve/model/mock_engine.py: no model, no Engram)."""
+        publisher = Publisher(self.instance, self.rank)
+        if self.cfg.engine.kind == "mock":
+            return MockEngine.from_deployment(self.cfg, publisher=publisher)
+        model = ModelConfig.from_sections(self.cfg.engine, self.cfg.engram)
+        eng = self.cfg.engine
+        table = (
+            ShardedEngramTable(self.engram_addrs, model, cache_rows=self.cfg.engram.cache_rows)
+            if self.engram_addrs
+            else None
+        )
+        return Engine.from_config(
+            model,
+            engram=table,
+            num_blocks=eng.cache_blocks_per_rank,
+            max_num_batched_tokens=eng.max_num_batched_tokens,
+            max_num_seqs=eng.max_num_seqs,
+            max_queue=eng.max_queue_seqs,
+            publisher=publisher,
+        )
 
     def ready(self) -> bool:
         """The health probe's question (services/rank_probe.py), answered on the actor's thread (a
