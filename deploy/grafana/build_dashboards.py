@@ -249,6 +249,16 @@ ROUTER = (
         "s",
     ),
     Panel("Stale publishers", "stat", (("max(rackserve_router_stale_publishers)", "stale"),)),
+    Panel(
+        "Migrations/s (requests moved off a failed rank)",
+        "timeseries",
+        (
+            (
+                f"sum by (from_role, to_role) (rate(rackserve_migrations_total[{R}]))",
+                "{{from_role}} -> {{to_role}}",
+            ),
+        ),
+    ),
 )
 
 DASHBOARDS = {

@@ -23,11 +23,15 @@ class RequestRecord:
     first_decode_s: float = 0.0
     e2e_s: float | None = None
     inter_token_s: Sequence[float] = field(default_factory=tuple)
-    decode_engine: str = ""  # RankKey.engine of the decode rank that streamed it
+    # vLLM's meaning of the `engine` label: the engine (RankKey.engine) that served the last token;
+    # a migration is counted by rackserve_migrations_total, never spelled into this label.
+    decode_engine: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"status: expected one of {STATUSES}, got {self.status!r}")
+        if "->" in self.decode_engine:
+            raise ValueError(f"decode_engine: one engine, not a path: {self.decode_engine!r}")
 
     @property
     def tpot_s(self) -> float | None:

@@ -47,6 +47,13 @@ class RouterMetrics:
             "Sequence gaps detected in a publisher's KV events",
             registry=r,
         )
+        self.migrations = Counter(
+            "rackserve_migrations",
+            "Requests moved off a failed rank (decode: continued on another decode rank; "
+            "prefill: routed again before the first token)",
+            ["from_role", "to_role"],
+            registry=r,
+        )
         self.stale_publishers = Gauge(
             "rackserve_router_stale_publishers",
             "KV event publishers with a gap or silent too long",

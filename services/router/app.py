@@ -290,7 +290,7 @@ def _record(door: FrontDoor, trip: Trip, status: str) -> None:
             first_decode_s=trip.first_decode_s,
             e2e_s=trip.e2e_s if times else None,
             inter_token_s=[b - a for a, b in zip(times, times[1:], strict=False)],
-            decode_engine=trip.decode,
+            decode_engine=trip.last_decode,
         )
     )
 

@@ -72,6 +72,7 @@ async def reroute_prefill(
     `waited_s` (simulated) spent on the failed rank counts as queueing: it is in ttft_s and in
     every token's time, as the client saw it."""
     quarantine(orch, failed.prefill_instance, failed.prefill_rank)
+    orch.router.metrics.router.migrations.labels(from_role="prefill", to_role="prefill").inc()
     sub = Trip(f"{trip.request_id}{SUFFIX}", len(prompt))
     async for tokens in orch.generate(sub, prompt, sampling):
         yield tokens
@@ -103,6 +104,7 @@ async def migrate(
     if remaining <= 0:
         trip.finish_reason = trip.finish_reason or "length"
         return
+    orch.router.metrics.router.migrations.labels(from_role="decode", to_role="decode").inc()
     sub = Trip(f"{trip.request_id}{SUFFIX}", len(prompt) + len(sent))
     offset = trip.token_times_s[-1] if trip.token_times_s else trip.ttft_s
     async for tokens in orch.generate(sub, prompt + sent, replace(sampling, max_tokens=remaining)):

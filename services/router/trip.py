@@ -37,6 +37,12 @@ class Trip:
     output_ids: list[int] = field(default_factory=list)
 
     @property
+    def last_decode(self) -> str:
+        """The decode engine ("instance/rank") that served the last token; `decode` keeps the
+        whole path of a migrated request ("a/0->b/1")."""
+        return self.decode.rsplit("->", 1)[-1]
+
+    @property
     def cached_tokens(self) -> int:
         return self.local_hit_tokens + self.pool_hit_tokens
 

@@ -202,3 +202,13 @@ def test_preemptions_are_counted_per_engine_under_the_vllm_name():
     m.observe_preemptions(RankKey("decode-0", 1, "decode"), 2)
     text = m.exposition().decode()
     assert 'vllm:num_preemptions_total{engine="decode-0/1",model_name="m"} 5.0' in text
+
+
+def test_engine_label_is_one_engine_not_a_migration_path():
+    with pytest.raises(ValueError, match="decode_engine"):
+        RequestRecord(status="finished", prompt_cached_tokens=0, prompt_uncached_tokens=1,
+                      output_tokens=1, decode_engine="decode-0/0->decode-1/0")
+    m = ProcessMetrics(MODEL)
+    m.router.migrations.labels(from_role="decode", to_role="decode").inc()
+    key = ("rackserve_migrations_total", frozenset({"from_role": "decode", "to_role": "decode"}.items()))
+    assert _samples(m)[key] == 1.0
