@@ -72,3 +72,68 @@ def frontier(
         console.print(f"screen error (median |rel|): throughput/GPU {err['median_throughput']:.1%}, "
                       f"interactivity {err['median_tps_user']:.1%}")
     console.print(f"wrote {path} and {out / 'frontier.png'}")
+
+
+docs_app = typer.Typer(add_completion=False)
+
+
+@docs_app.command()
+def frontier_docs(
+    reports: Annotated[list[Path], typer.Argument(help="frontier.json files; the first is the ratio's numerator")],
+    readme: Annotated[Path, typer.Option(help="README whose frontier block to fill")] = Path("README.md"),
+    page: Annotated[Path, typer.Option(help="the results page to write")] = Path("docs/results.md"),
+) -> None:
+    """Write docs/results.md and the README's results block from frontier.json files."""
+    from rackserve.search.pages import headline, replace_block, results_page
+
+    try:
+        data = [json.loads(p.read_text()) for p in reports]
+        text = replace_block(readme.read_text(), headline(data))
+    except (OSError, ValueError, KeyError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(results_page(data, [str(p) for p in reports], str(page.parent)) + "\n")
+    readme.write_text(text)
+    console.print(f"wrote {page} and the results block of {readme}")
+
+
+explain_app = typer.Typer(add_completion=False)
+
+
+@explain_app.command()
+def frontier_explain(
+    a: Annotated[Path, typer.Argument(help="rack A (the base)")],
+    b: Annotated[Path, typer.Argument(help="rack B")],
+    targets: Annotated[str, typer.Option(help="comma-separated tok/s/user targets (default: A's)")] = "",
+    percentile: Annotated[str, typer.Option(help="p90 or p50")] = "p90",
+    interactivity: Annotated[str, typer.Option(help="e2e or itl")] = "e2e",
+    out: Annotated[Path, typer.Option(help="folder for explain.json")] = Path("out/frontier-explain"),
+) -> None:
+    """Walk from rack A to rack B one field at a time (hardware, optimizations, ...), screening the
+    whole search space at every step: envelope against envelope at each target, with the winner."""
+    from rackserve.search.explain import walk_racks
+
+    try:
+        goals = [float(t) for t in csv_list(targets)] if targets else None
+        steps = walk_racks(load_rack(a), load_rack(b), interactivity, percentile, goals)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "explain.json").write_text(json.dumps({"schema": "rackserve.sim.frontier-explain/1", "a": str(a),
+                                                  "b": str(b), "steps": steps}, indent=1, default=float) + "\n")
+    from rich.table import Table
+
+    table = Table(title=f"{a.name} -> {b.name}: screened envelope at each step ({percentile} {interactivity})")
+    table.add_column("step")
+    table.add_column("change")
+    for t in steps[0]["at_target"]:
+        table.add_column(f"at {t}")
+        table.add_column(f"winner at {t}")
+    table.add_column("peak")
+    for s in steps:
+        cells = []
+        for w in s["at_target"].values():
+            cells += ["not reached", "-"] if w is None else [f"{w['throughput_per_gpu']:,.0f}", w["config"]["label"]]
+        table.add_row(str(s["step"]), s["change"], *cells, f"{s['peak']:,.0f}")
+    console.print(table)
+    console.print(f"wrote {out / 'explain.json'}")

@@ -75,6 +75,14 @@ def sim(ctx: typer.Context) -> None:
         from rackserve.sim.cli_sweep import sweep_app
 
         sweep_app(args[1:], prog_name="rackserve sim sweep")
+    elif args and args[0] == "frontier-docs":
+        from rackserve.search.cli import docs_app
+
+        docs_app(args[1:], prog_name="rackserve sim frontier-docs")
+    elif args and args[0] == "frontier-explain":
+        from rackserve.search.cli import explain_app as frontier_explain_app
+
+        frontier_explain_app(args[1:], prog_name="rackserve sim frontier-explain")
     elif args and args[0] == "frontier":
         from rackserve.search.cli import frontier_app
 
