@@ -208,6 +208,11 @@ class Config(Section):
     routing: RoutingSection = RoutingSection()
     cluster: ClusterSection = ClusterSection()
     workload: dict[str, Any] = Field(default_factory=dict, description="workload spec (see rackserve.workload)")
+    # A simulator scenario (scenarios/*.yaml) is also a deployment `rackserve up` can serve: its
+    # name, description and simulator knobs are kept here and not read by the live cluster.
+    name: str = ""
+    description: str = ""
+    sim: dict[str, Any] = Field(default_factory=dict, description="simulator knobs (rackserve sim)")
 
 
 def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:

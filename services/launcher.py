@@ -142,7 +142,8 @@ class Cluster:
                 str(self.config_path),
             ],
         )
-        engram = self._start_engram(host, deadline)
+        mock = self.cfg.engine.kind == "mock"  # mock ranks run no model, so no Engram lookups
+        engram = [] if mock else self._start_engram(host, deadline)
         wait_port(pool, host, pool_port, deadline)
         workers = [
             self.spawn(
@@ -357,6 +358,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="wall s per simulated s (default: config); 'auto' probes what this machine can hold",
     )
+    parser.add_argument(
+        "--engine",
+        choices=("real", "mock"),
+        default=None,
+        help="rank engine (default: config's engine.kind); mock: no model, pseudo-tokens",
+    )
     return parser.parse_args(argv)
 
 
@@ -374,7 +381,9 @@ def _time_scale(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        if args.time_scale is not None:  # children read it from the env, like any override
+        if args.engine is not None:  # children read it from the env, like any override
+            os.environ["RACKSERVE_ENGINE__KIND"] = args.engine
+        if args.time_scale is not None:
             os.environ["RACKSERVE_CLUSTER__TIME_SCALE"] = _time_scale(args)
         cfg = load_config(args.config)
         check_bind(cfg.cluster, "rackserve up")

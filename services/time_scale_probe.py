@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from rackserve.config import Config
 from rackserve.model.engine import Engine
+from rackserve.model.mock_engine import MockEngine
 from rackserve.model.sampling import SamplingParams
 from rackserve.model.threads import limit_blas_threads
 from rackserve.timing import TimingModel
@@ -85,7 +86,7 @@ def probe(cfg: Config, decode_seqs: int = DEFAULT_DECODE_SEQS, headroom: float =
           ) -> ScalePick:
     limit_blas_threads(1)  # as a rank actor runs (one BLAS thread)
     timing = TimingModel.from_section(cfg.timing)
-    engine = Engine.from_deployment(cfg)
+    engine = MockEngine.from_deployment(cfg) if cfg.engine.kind == "mock" else Engine.from_deployment(cfg)
     params = SamplingParams(max_tokens=DECODE_STEPS + 2, temperature=0.0, ignore_eos=True)
     chunk = min(cfg.engine.max_num_batched_tokens, PROBE_PREFILL_TOKENS)
     engine.add_request("probe-warmup", [66] * 32, params)  # first-call costs are not steps

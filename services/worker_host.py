@@ -28,6 +28,7 @@ from rackserve.timing import TimingModel
 from rackserve.timing.batch import StepBatch, StepCost
 from services.grpc_limits import SERVER_OPTIONS
 from services.instance_loop import InstanceLoop, StepDone
+from services.rank_group import GroupedRank, RankGroup, StepBatcher
 from services.rank_worker import RankWorker
 from services.step_memo import StepMemo
 from services.topology import InstanceSpec, instances
@@ -41,6 +42,7 @@ LOCAL_RAY_ENV = {
 }
 
 RayRankWorker = ray.remote(RankWorker)
+RayRankGroup = ray.remote(RankGroup)
 
 
 def join_ray(address: str | None) -> None:
@@ -70,7 +72,10 @@ def spawn_instance(
     spec: InstanceSpec, cfg: Config, redis_url: str, pool_addr: str, engram: list[str]
 ) -> list:
     """One actor per DP rank, all in one placement group (PACK: an instance stays on one node
-    where it can, as its GPUs share one NVLink domain)."""
+    where it can, as its GPUs share one NVLink domain). Mock ranks share one actor per instance
+    (services/rank_group.py)."""
+    if cfg.engine.kind == "mock":
+        return spawn_rank_group(spec, cfg, redis_url, pool_addr)
     group = placement_group(
         [{"CPU": RANK_CPUS}] * spec.dp_ranks, strategy="PACK", name=f"rackserve-{spec.name}"
     )
@@ -89,6 +94,19 @@ def spawn_instance(
         )
     ray.get([a.ready.remote() for a in actors])
     return actors
+
+
+def spawn_rank_group(spec: InstanceSpec, cfg: Config, redis_url: str, pool_addr: str) -> list:
+    """The instance's ranks in one actor (one process); a handle per rank that answers as a rank
+    actor does."""
+    group = RayRankGroup.options(
+        num_cpus=RANK_CPUS,
+        name=f"{spec.name}/ranks",
+        max_concurrency=1,
+        max_restarts=-1,  # a killed group comes back (its ranks empty); the router migrates
+    ).remote(cfg, spec.role, spec.name, spec.dp_ranks, redis_url, pool_addr)
+    batcher = StepBatcher(group)
+    return [GroupedRank(batcher, r) for r in range(spec.dp_ranks)]
 
 
 @dataclass(frozen=True)
@@ -157,6 +175,8 @@ def start_worker(role: str, args: argparse.Namespace) -> Worker:
         name: spawn_instance(s, cfg, args.redis_url, args.pool, args.engram)
         for name, s in specs.items()
     }
+    # Instances start side by side (a mock group does not wait for itself); all answer before serving.
+    ray.get([rank.ready.remote() for ranks in actors.values() for rank in ranks])
     metrics = serve_metrics(cfg, args.metrics_port, args.host)
     return Worker(cfg, TimingModel.from_section(cfg.timing), specs, actors, metrics)
 
