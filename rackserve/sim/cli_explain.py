@@ -25,7 +25,8 @@ SCHEMA = "rackserve.sim.explain/1"
 def explain(
     a: Annotated[Path, typer.Argument(help="scenario A (the base)")],
     b: Annotated[Path, typer.Argument(help="scenario B")],
-    target_tps_user: Annotated[float, typer.Option(help="interactivity (tok/s/user, P50) to price each step at")],
+    target_tps_user: Annotated[float, typer.Option(
+        help="interactivity (tok/s/user, P90 E2E-normalized as AgentX reads it) to price each step at")],
     concurrency: Annotated[str, typer.Option(help="fixed lanes per step (default: refine by itself)")] = "",
     max_lanes: Annotated[int, typer.Option(help="refinement: highest concurrency")] = 20_000,
     duration: Annotated[float | None, typer.Option(help="override each workload's duration_s")] = None,
@@ -75,7 +76,7 @@ def step_row(i: int, step, path: str, runs: list[dict], target: float) -> dict:
     from rackserve.sim.sweep import curves
 
     (c,) = curves(runs, [target])
-    value = c["at_target"][f"{target:g}"]["p50"]
+    value = c["at_target"][f"{target:g}"]["p90"]  # AgentX's headline: P90 E2E-normalized
     console.print(f"step {i} {step.factor}: {_num(value)} tok/s/GPU at {target:g} tok/s/user")
     return {"step": i, "factor": step.factor, "change": step.change, "scenario": path,
             "throughput_per_gpu_at_target": value, "peak_throughput_per_gpu": c["peak"]["throughput_per_gpu"],

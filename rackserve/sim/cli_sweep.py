@@ -74,9 +74,10 @@ def sweep(
 def _print(payload: dict) -> None:
     for c in payload["curves"]:
         pk = c["peak"]
-        at = ", ".join(f"{t} tok/s/user: {_num(v['p50'])}" for t, v in c["at_target"].items())
+        at = ", ".join(f"{t} tok/s/user: {_num(v['p90'])}" for t, v in c["at_target"].items())
         console.print(f"{c['scenario']} {c['policy']}: peak {pk['throughput_per_gpu']:,.0f} tok/s/GPU at "
-                      f"{pk['concurrency']} lanes (P50 {pk['user_tps_p50']:.1f} tok/s/user){'; ' + at if at else ''}")
+                      f"{pk['concurrency']} lanes (P90 {c['interactivity']} {pk['user_tps_p90']:.1f} tok/s/user)"
+                      f"{'; at P90 ' + at if at else ''}")
     for r in payload["ratios"]:
         ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}x"
         console.print(f"{r['policy']} at {r['target_tps_user']:g} tok/s/user: {r['other']} / {r['base']} = {ratio}")

@@ -21,7 +21,8 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("preemptions (decode KV full)", "{r.preemptions}"),
     ("throughput / GPU (in+out tok/s)", "{r.throughput_per_gpu:,.0f}"),
     ("output tok/s / GPU", "{r.output_tps_per_gpu:,.0f}"),
-    ("tok/s/user P50 | P90", "{r.user_tps_p50:,.1f} | {r.user_tps_p90:,.1f}"),
+    ("tok/s/user E2E-normalized P50 | P90 (AgentX)", "{r.tps_user_e2e_p50:,.1f} | {r.tps_user_e2e_p90:,.1f}"),
+    ("tok/s/user ITL-based P50 | P90", "{r.tps_user_itl_p50:,.1f} | {r.tps_user_itl_p90:,.1f}"),
     ("TTFT P50 | P90 | P99 (ms)", "{ms[0]:,.1f} | {ms[1]:,.1f} | {ms[2]:,.1f}"),
     ("TPOT P50 | P90 (ms)", "{tp[0]:.2f} | {tp[1]:.2f}"),
     ("prefix hit rate (predicted)", "{r.hit_rate:.1%} ({r.predicted_hit_rate:.1%})"),
@@ -80,9 +81,9 @@ def plot_ttft_cdf(results: Sequence[SimResult], path: Path) -> None:
 def plot_throughput_vs_speed(results: Sequence[SimResult], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in results:
-        ax.scatter([r.user_tps_p50], [r.throughput_per_gpu], label=f"{r.policy} P50")
-        ax.scatter([r.user_tps_p90], [r.throughput_per_gpu], marker="x", label=f"{r.policy} P90")
-    ax.set_xlabel("output tok/s per user")
+        ax.scatter([r.tps_user_e2e_p50], [r.throughput_per_gpu], label=f"{r.policy} P50")
+        ax.scatter([r.tps_user_e2e_p90], [r.throughput_per_gpu], marker="x", label=f"{r.policy} P90")
+    ax.set_xlabel("output tok/s per user, E2E-normalized (AgentX: TTFT counts)")
     ax.set_ylabel("throughput per GPU (input + output tok/s)")
     ax.set_title(f"Throughput vs interactivity: {results[0].scenario}")
     ax.legend(fontsize=7)

@@ -29,7 +29,8 @@ RAY_ENV = {  # local, loopback-only, offline Ray (ENVIRONMENT.md)
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_AUTH_MODE": "disabled",
 }
-POINT_KEYS = ("concurrency", "throughput_per_gpu", "user_tps_p50", "user_tps_p90", "ttft_p50_s", "ttft_p90_s",
+POINT_KEYS = ("concurrency", "throughput_per_gpu", "user_tps_p50", "user_tps_p90", "tps_user_e2e_p50",
+              "tps_user_e2e_p90", "tps_user_itl_p50", "tps_user_itl_p90", "ttft_p50_s", "ttft_p90_s",
               "hit_rate", "completed")
 
 
@@ -133,26 +134,38 @@ def adaptive(scenarios: Sequence[str], policies: Sequence[str], run: Runner, low
     return [r for k in keys for r in sorted(rows[k], key=lambda r: r["concurrency"])]
 
 
-def curves(rows: Sequence[dict], targets: Sequence[float] = ()) -> list[dict]:
+def _as_point(row: dict, interactivity: str) -> dict:
+    """A run row as a curve point whose user_tps_p50 / user_tps_p90 are the chosen interactivity
+    (AgentX E2E-normalized by default; rows that predate it keep their ITL-based figures)."""
+    point = {k: row[k] for k in POINT_KEYS if k in row}
+    for pc in ("p50", "p90"):
+        value = row.get(f"tps_user_{interactivity}_{pc}")
+        if value is not None:
+            point[f"user_tps_{pc}"] = value
+    return point
+
+
+def curves(rows: Sequence[dict], targets: Sequence[float] = (), interactivity: str = "e2e") -> list[dict]:
     """Per (scenario, policy): points by concurrency, the P50 and P90 Pareto frontiers, the peak
-    point and throughput/GPU at each target tok/s/user (P50 frontier; None where it is not reached)."""
+    point and throughput/GPU at each target tok/s/user on both frontiers (None where it is not
+    reached). `interactivity`: "e2e" (AgentX: output tokens / E2E latency) or "itl" (1 / TPOT)."""
     out = []
     for scenario, policy in sorted({(r["scenario"], r["policy"]) for r in rows}):
         pts = sorted((r for r in rows if (r["scenario"], r["policy"]) == (scenario, policy)),
                      key=lambda r: r["concurrency"])
-        series = [{k: r[k] for k in POINT_KEYS if k in r} for r in pts]
+        series = [_as_point(r, interactivity) for r in pts]
         f50, f90 = pareto(series, "user_tps_p50"), pareto(series, "user_tps_p90")
         peak = max(series, key=lambda p: p["throughput_per_gpu"])
         at = {f"{t:g}": {"p50": throughput_at(f50, t, "user_tps_p50"), "p90": throughput_at(f90, t, "user_tps_p90")}
               for t in targets}
-        out.append({"scenario": scenario, "policy": policy, "points": series, "frontier_p50": f50,
-                    "frontier_p90": f90, "peak": peak, "at_target": at})
+        out.append({"scenario": scenario, "policy": policy, "interactivity": interactivity, "points": series,
+                    "frontier_p50": f50, "frontier_p90": f90, "peak": peak, "at_target": at})
     return out
 
 
 def ratios(curve_rows: Sequence[dict], targets: Sequence[float], base_scenario: str | None = None) -> list[dict]:
     """Throughput/GPU at each target relative to the base scenario's (default: the first), per policy
-    (P50 frontier)."""
+    (P90 frontier: AgentX reads the slow tail)."""
     out = []
     for policy in sorted({c["policy"] for c in curve_rows}):
         mine = [c for c in curve_rows if c["policy"] == policy]
@@ -161,7 +174,7 @@ def ratios(curve_rows: Sequence[dict], targets: Sequence[float], base_scenario: 
             if c is base:
                 continue
             for t in targets:
-                a, b = base["at_target"][f"{t:g}"]["p50"], c["at_target"][f"{t:g}"]["p50"]
+                a, b = base["at_target"][f"{t:g}"]["p90"], c["at_target"][f"{t:g}"]["p90"]
                 out.append({"policy": policy, "target_tps_user": t, "base": base["scenario"], "other": c["scenario"],
                             "ratio": (b / a) if a and b is not None else None})
     return out

@@ -41,7 +41,9 @@ def plot_frontiers(curve_rows: Sequence[dict], path: Path, targets: Sequence[flo
     for t in targets:
         ax.axvline(t, color="grey", linestyle=":", linewidth=1)
         ax.annotate(f"{t:g} tok/s/user", (t, ax.get_ylim()[1]), fontsize=7, rotation=90, va="top", ha="right")
-    ax.set_xlabel("interactivity: output tok/s per user (1000 / TPOT ms)")
+    kind = curve_rows[0].get("interactivity", "itl") if curve_rows else "itl"
+    ax.set_xlabel("interactivity: output tok/s per user, " + ("E2E-normalized (TTFT counts)" if kind == "e2e"
+                                                             else "ITL-based (1000 / TPOT ms)"))
     ax.set_ylabel("throughput per GPU ((input + output) tok/s)")
     ax.set_title("Pareto frontiers: P50 solid, P90 dashed (stars: peak throughput)")
     ax.legend(fontsize=6)

@@ -30,7 +30,7 @@ def test_curves_group_sort_and_mark_the_peak():
 
 
 # A constructed curve: throughput 100 at 50 tok/s/user, 300 at 30, 400 at 10; (200, 20) is dominated.
-CURVE = [{"concurrency": c, "throughput_per_gpu": t, "user_tps_p50": x}
+CURVE = [{"concurrency": c, "throughput_per_gpu": t, "user_tps_p50": x, "user_tps_p90": x}
          for c, t, x in ((1, 100.0, 50.0), (4, 300.0, 30.0), (16, 400.0, 10.0), (64, 200.0, 20.0))]
 
 
@@ -72,3 +72,13 @@ def test_refinement_climbs_until_saturation_then_bisects_the_bend():
     assert sum(1 for c in conc if 1024 < c < 4096) >= 2  # bisected the bend (two rounds there)
     assert not next_concurrencies([model(1000), model(1001)])
     assert math.isclose(max(r["throughput_per_gpu"] for r in rows), 1e6)
+
+
+def test_curves_read_agentx_e2e_interactivity_when_the_rows_have_it():
+    rows = [dict(_row("a", "rr", 100, 300.0, 60.0), tps_user_e2e_p50=40.0, tps_user_e2e_p90=25.0,
+                 tps_user_itl_p50=60.0, tps_user_itl_p90=48.0)]
+    (e2e,) = curves(rows, [30.0])
+    (itl,) = curves(rows, [30.0], interactivity="itl")
+    assert e2e["interactivity"] == "e2e" and e2e["points"][0]["user_tps_p90"] == 25.0
+    assert e2e["at_target"]["30"]["p90"] is None  # the slow tail (25) misses 30 tok/s/user
+    assert itl["at_target"]["30"]["p90"] == 300.0  # 1 / TPOT at P90 (48) meets it
