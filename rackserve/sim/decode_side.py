@@ -19,6 +19,7 @@ from rackserve.sim.events import DecodeLeapEnd, Event
 from rackserve.sim.instances import Leap
 from rackserve.sim.metrics import Flight
 from rackserve.timing.batch import RankBatch, StepBatch
+from rackserve.timing.speculative import request_acceptance
 from rackserve.workload.request import Request
 
 EMPTY_RANK = RankBatch.of([])
@@ -70,7 +71,7 @@ class DecodeSide:
         # with it: a bounded rank's scheduler computes it from `computed_tokens`; the lazy batch keeps
         # the whole prompt as context and its first leap step prices the tail (`_tails`).
         handed = req.prompt_tokens - self._tail(req) if self._bounded(d_idx) else req.prompt_tokens
-        seq = SeqState(req.req_id, req.prompt_tokens + 1, req.output_tokens, computed_tokens=handed,
+        seq = SeqState(req.req_id, req.prompt_tokens + 1, self._decode_steps(req), computed_tokens=handed,
                        payload=flight)
         if not self._fits_decode_kv(req) or not self.decode[d_idx].ranks[rank].admit(seq):
             self.metrics.rejected += 1
@@ -78,6 +79,19 @@ class DecodeSide:
             return self._followups(req, now)
         self._decode_waiting[d_idx].add(rank)
         return self._kick_decode(now, d_idx)
+
+    def _decode_steps(self, req: Request) -> int:
+        """Lazy-clock tokens the request decodes: its output tokens, or with `acceptance: sampled`
+        its output at its own acceptance (drawn over its steps) in tokens of the mean acceptance,
+        so a request that accepts more finishes in fewer steps of the shared clock."""
+        spec = getattr(self.timing, "speculation", None)
+        if spec is None or self.scenario.config.timing.speculative.acceptance != "sampled":
+            return req.output_tokens
+        if getattr(self, "_acceptance_rng", None) is None:
+            self._acceptance_rng = np.random.default_rng([getattr(self.scenario.workload, "seed", 0), 31])
+        mean = spec.expected_accepted_tokens
+        own = request_acceptance(spec, math.ceil(req.output_tokens / mean), self._acceptance_rng)
+        return max(1, round(req.output_tokens * mean / own))
 
     def _tail(self, req: Request) -> int:
         """Prompt tokens past its last full block: KV the hand-off does not move."""

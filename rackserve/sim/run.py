@@ -10,6 +10,7 @@ from rackserve.sim.metrics import SimResult
 from rackserve.sim.progress import Progress
 from rackserve.sim.scenario import Scenario
 from rackserve.sim.simulator import Simulator
+from rackserve.sim.sizing import prefill_chunk_tokens
 from rackserve.sim.step_cache import CachedTiming
 from rackserve.timing.timing_model import TimingModel
 from rackserve.workload.build import build_source, trace_workload
@@ -38,7 +39,8 @@ def with_concurrency(scenario: Scenario, concurrency: int) -> Scenario:
 
 
 def timing_for(scenario: Scenario) -> CachedTiming:
-    return CachedTiming(TimingModel.from_section(scenario.config.timing))
+    """The scenario's cost model; the router's reference prefill step is its engine chunk."""
+    return CachedTiming(TimingModel.from_section(scenario.config.timing, prefill_chunk_tokens(scenario.sim)))
 
 
 def source_factory(scenario: Scenario) -> Callable[[], ArrivalSource]:

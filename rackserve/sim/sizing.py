@@ -38,6 +38,16 @@ class Sizing:
                 "overrides": list(self.overrides)}
 
 
+def prefill_chunk_tokens(sim) -> int:
+    """The engine's prefill chunk of a scenario's `sim` section (the step cap of its prefill ranks,
+    and the router's reference step): prefill_chunk_tokens, else max_num_batched_tokens, else vLLM's."""
+    for name in ("prefill_chunk_tokens", "max_num_batched_tokens"):
+        value = getattr(sim, name, None)
+        if value is not None:
+            return int(value)
+    return Limits().max_num_batched_tokens
+
+
 def size_scenario(scenario) -> Sizing:
     """Derive the scenario's sizes; ValueError when the deployment does not fit its GPUs."""
     cfg, sim = scenario.config, scenario.sim

@@ -57,6 +57,10 @@ class CachedTiming:
         self.calls = 0
         self.misses = 0
 
+    @property
+    def speculation(self) -> Any:
+        return self.timing.speculation
+
     def layout(self, name: str, ranks: int | None = None) -> Any:
         return self.timing.layout(name, ranks=ranks)
 
@@ -106,9 +110,10 @@ class CachedTiming:
     def decode_tail_step_time_of(self, layout: Any, ranks: int, active: int, seqs: int, busiest: int,
                                  context_tokens: int, tails: list[int]) -> StepCost:
         """A lazy decode batch's step in which newcomers also compute their prompts' tails (tokens
-        past the last full block, not handed over), one token per sequence, no speculation. The
+        past the last full block, not handed over) with their first token while the running
+        sequences keep draft + verify (timing.mixed_token_time, per token of the lazy clock). The
         batch's own pure decode step (decode_step_time_of: the key the leaps that follow use) scaled
-        by how much the tails and the missing speculation change a step, that ratio priced on a
+        by how much the tails change a step, that ratio priced on a
         coarse representative (_TailShape: powers of two, context on a 25% grid) and memoized. An
         approximation (within a few % of the exact batch; see the tests): keyed rank by rank, a
         48-rank tail step rarely repeated, and keyed on the totals and tails at the memo's fine
@@ -122,7 +127,7 @@ class CachedTiming:
             self.misses += 1
             r, a, b, ctx, tail_ranks, tail = shape
             plain = self._tail_plain_s(layout, (r, a, a * b, b, ctx))
-            tailed = self.timing.step_time("decode", layout, _tail_representative(r, a, a * b, b, ctx, tail_ranks, tail))
+            tailed = self.timing.decode_token_time(layout, _tail_representative(r, a, a * b, b, ctx, tail_ranks, tail))
             ratio = self._ratios[key] = tailed.total_s / plain
         return self._scaled(base, ratio)
 
@@ -198,9 +203,9 @@ class CachedTiming:
 
     def decode_token_time(self, layout: Any, batch: StepBatch) -> StepCost:
         """timing.decode_token_time (per output token, MTP-aware), memoized by the decode signature;
-        a batch with longer chunks (a recompute) is the decode step it is, as timing's own rule."""
+        a batch with longer chunks (a newcomer's tail, a recompute) is a mixed step (_mixed_token_time)."""
         if not batch.single_token:
-            return self.step_time("decode", layout, batch)
+            return self._mixed_token_time(layout, batch)
         self.calls += 1
         key = ("decode-token", getattr(layout, "key", layout), self._decode_signature(batch))
         cost = self._steps.get(key)
@@ -208,6 +213,24 @@ class CachedTiming:
             self.misses += 1
             cost = self._steps[key] = self.timing.decode_token_time(layout, _decode_representative(*key[2]))
         return self._to_ranks(cost, batch)
+
+    def _mixed_token_time(self, layout: Any, batch: StepBatch) -> StepCost:
+        """timing.decode_token_time of a mixed decode step (one-token sequences beside longer
+        chunks), keyed per rank as prefill ranks are, plus the rank's count of one-token sequences:
+        its representative keeps those at one token (they draft and verify) and spreads the rest."""
+        self.calls += 1
+        per_rank = [(*self._sig_of(*_totals(rb)), self.grid(int((rb.new_tokens == 1).sum()))) for rb in batch.ranks]
+        order = sorted(range(len(per_rank)), key=per_rank.__getitem__)
+        sig = tuple(per_rank[i] for i in order)
+        key = ("decode-mixed", getattr(layout, "key", layout), sig)
+        cost = self._steps.get(key)
+        if cost is None:
+            self.misses += 1
+            rep = StepBatch(tuple(_mixed_representative(*s) for s in sig))
+            cost = self._steps[key] = self.timing.decode_token_time(layout, rep)
+        if order != sorted(order) and len(cost.rank_busy_s) == len(order):
+            cost = self._remap(cost, order)
+        return cost
 
     def _to_ranks(self, cost: StepCost, batch: StepBatch) -> StepCost:
         """A single-token decode batch is priced as its representative (busiest rank first, then
@@ -279,6 +302,17 @@ def _tail_representative(ranks: int, active: int, total: int, busiest: int, ctx:
         cached[0] = max(0, int(cached[0]) - tail)
         out[i] = RankBatch(new, cached)
     return StepBatch(tuple(out))
+
+
+def _mixed_representative(n: int, total: int, ctx: int, pool_hbm: int, pool_dram: int, singles: int) -> RankBatch:
+    """_representative with `singles` of its sequences at one token (decoding), the others sharing
+    the remaining tokens (at least two each: a tail or chunk with its token)."""
+    singles = min(singles, n)
+    rest, longer = max(total - singles, 2 * (n - singles)), n - singles
+    if longer == 0:
+        return RankBatch.of([1] * n, [ctx] * n, pool_hbm_tokens=pool_hbm, pool_dram_tokens=pool_dram)
+    news = [1] * singles + [rest // longer + (1 if i < rest % longer else 0) for i in range(longer)]
+    return RankBatch.of(news, [ctx] * n, pool_hbm_tokens=pool_hbm, pool_dram_tokens=pool_dram)
 
 
 def _representative(n: int, total: int, ctx: int, pool_hbm: int, pool_dram: int) -> RankBatch:

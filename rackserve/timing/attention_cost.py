@@ -23,14 +23,19 @@ def kv_attention(
     ga: GroupArrays,
     parts: Parts,
 ) -> None:
-    """Attention over each sequence's window and selected/compressed KV, and the indexer scan."""
+    """Attention over each sequence's window and selected/compressed KV, and the indexer scan. FLOPs
+    are per query; in decode the KV bytes are each sequence's entries once (a verify block's
+    positions share them: batch_features.GroupSums.window_reads / comp_reads)."""
     hw, m, o = ctx.hw, ctx.model, ctx.opts
     att = m.attention
     counts = lg.code_counts[gi]
     win = ga.window_entries[:, None]
     comp = ga.comp_entries
     flops = (win + comp) * (2.0 * (att.heads / lay.tp) * (att.qk_head_dim + att.v_head_dim))
-    bytes_ = win * att.window_entry_bytes + comp * att.compressed_entry_bytes
+    if phase == "decode":
+        bytes_ = ga.window_reads[:, None] * att.window_entry_bytes + ga.comp_reads * att.compressed_entry_bytes
+    else:
+        bytes_ = win * att.window_entry_bytes + comp * att.compressed_entry_bytes
     overlap = 1.0 if o.attn_overlap else hw.efficiency.attention_overlap
     t, tc, tm = attention_time(
         hw,

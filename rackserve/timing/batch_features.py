@@ -35,6 +35,12 @@ class GroupSums:
     comp_entries: np.ndarray  # per code: sum over queries of selected/dense compressed entries
     scan_entries: np.ndarray  # per code: sum over queries of p / ratio (indexer codes only)
     key_reads: np.ndarray  # per code: indexer keys read (per sequence, once per 128-query tile)
+    # KV entries read from HBM, each sequence's once (its queries share them): the union of its
+    # queries' windows, min(end, window + q - 1); per code, its compressed entries up to its last
+    # position (dense) or its last position's selection (indexer codes: the block's adjacent
+    # queries select about the same top-k). Decode prices attention bytes from these.
+    window_reads: float = 0.0
+    comp_reads: np.ndarray | None = None
 
 
 def _sum_linear(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -66,6 +72,8 @@ def group_sums(
     comp = np.zeros(len(codes))
     scan = np.zeros(len(codes))
     keys = np.zeros(len(codes))
+    reads = np.zeros(len(codes))
+    some = queries > 0
     for i, code in enumerate(codes):
         if code.ratio == 0:
             continue
@@ -73,11 +81,15 @@ def group_sums(
             comp[i] = _sum_capped(lo, hi, code.ratio, code.top_k).sum()
             scan[i] = _sum_linear(lo, hi).sum() / code.ratio
             keys[i] = (hi / code.ratio * np.ceil(queries / 128.0)).sum()
+            reads[i] = (np.minimum(hi / code.ratio, code.top_k) * some).sum()
         else:
             comp[i] = _sum_linear(lo, hi).sum() / code.ratio
+            reads[i] = (hi * some).sum() / code.ratio
     win = _sum_capped(lo, hi, 1.0, float(window)).sum() if window else 0.0
+    win_reads = (np.minimum(hi, window + queries - 1.0) * some).sum() if window else 0.0
     return GroupSums(
-        float(queries.sum()), float(np.count_nonzero(queries)), float(win), comp, scan, keys
+        float(queries.sum()), float(np.count_nonzero(queries)), float(win), comp, scan, keys,
+        float(win_reads), reads,
     )
 
 
@@ -106,6 +118,8 @@ class GroupArrays:
     comp_entries: np.ndarray
     scan_entries: np.ndarray
     key_reads: np.ndarray
+    window_reads: np.ndarray  # GroupSums.window_reads per rank
+    comp_reads: np.ndarray  # [ranks, codes]
 
     @staticmethod
     def stack(sums: list[GroupSums]) -> GroupArrays:
@@ -116,6 +130,8 @@ class GroupArrays:
             np.array([s.comp_entries for s in sums]),
             np.array([s.scan_entries for s in sums]),
             np.array([s.key_reads for s in sums]),
+            np.array([s.window_reads for s in sums]),
+            np.array([s.comp_reads for s in sums]),
         )
 
 
@@ -162,7 +178,7 @@ def _decode_arrays(ranks, window: int, codes: tuple[CodeShape, ...]) -> GroupArr
             scan[:, i] = sums[0] / code.ratio
         else:
             comp[:, i] = sums[0] / code.ratio
-    return GroupArrays(seqs, seqs, sums[1], comp, scan, scan)
+    return GroupArrays(seqs, seqs, sums[1], comp, scan, scan, sums[1], comp)  # one query: reads = entries
 
 
 def _decode_caps(window: int, codes: tuple[CodeShape, ...]) -> np.ndarray:

@@ -224,7 +224,11 @@ class MTPSpec(_Spec):
     block_tokens: int = Field(ge=2, description="positions verified per sequence per step")
     draft_attention_code: int = Field(ge=0)
     acceptance: list[float] = Field(
-        description="per draft position, P(accepted | every earlier draft accepted)"
+        description="per draft position, P(accepted | every earlier draft accepted): the shape"
+    )
+    acceptance_length: float | None = Field(
+        None, ge=1.0, description="tokens a sequence gains per step (the benchmark's pinned value); "
+        "None: what the per-position rates give"
     )
 
     @model_validator(mode="after")
@@ -235,6 +239,9 @@ class MTPSpec(_Spec):
             )
         if not all(0.0 <= a <= 1.0 for a in self.acceptance):
             raise ValueError("acceptance: every rate must be in [0, 1]")
+        if self.acceptance_length is not None and self.acceptance_length > self.block_tokens:
+            raise ValueError(f"acceptance_length: at most block_tokens ({self.block_tokens}), "
+                             f"got {self.acceptance_length}")
         return self
 
 

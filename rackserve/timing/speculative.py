@@ -1,12 +1,19 @@
-"""Speculative decoding by the model's own draft layers (MTP): per step, one draft pass proposes
-block_tokens - 1 tokens per sequence, one verify pass of the main model checks the block's
-block_tokens positions, and the accepted prefix (+ the verifier's own next token) is kept.
+"""Speculative decoding by the model's own draft layers (MTP): per step, one verify pass of the
+main model checks each sequence's block_tokens positions, the accepted prefix (+ the verifier's own
+next token) is kept, and the draft layers then propose the next block_tokens - 1 tokens.
 
-Acceptance model: draft i is kept only if drafts 1..i-1 were, with P(kept | earlier kept) = a_i (the
-spec's per-position rates), so the expected tokens a sequence gains per step is
-1 + a_1 + a_1 a_2 + ... + a_1 ... a_k. The draft layers are priced as a small model of their own
-(draft_model): draft_layers MoE layers with the draft's experts and top-k, window attention,
-sharing the main model's widths, dtypes and LM head shape.
+Acceptance is a benchmark parameter, not a measurement: the AgentX harness pins a "golden"
+acceptance length per model (REFERENCE.md, "How the benchmark measures": 2.49 accepted tokens per
+step for its DeepSeek-V4 entries), so the model YAML's `mtp.acceptance_length` is that value and
+`timing.speculative.acceptance_length` may replace it. The per-position rates of the YAML give the
+shape only: draft i is kept only if drafts 1..i-1 were, with P(kept | earlier kept) = s a_i (capped
+at 1), s chosen so that 1 + s a_1 + s a_1 s a_2 + ... equals the acceptance length.
+
+Drafting runs one draft pass after another, one token each (vLLM v1 spec_decode/eagle.py
+`propose`: a first pass over the step's verified positions, then num_speculative_tokens - 1 passes of
+one token per request, each feeding the last draft back in), so the draft is priced pass by pass: a
+one-layer model (draft_model(layers=1): the draft's experts and top-k, window attention, the main
+model's widths, dtypes and LM head) over the verify block, then draft_tokens - 1 single-token passes.
 """
 
 from __future__ import annotations
@@ -44,41 +51,93 @@ def expected_accepted(acceptance: tuple[float, ...] | list[float]) -> float:
     return 1.0 + sum(accumulate(acceptance, mul))
 
 
-def speculation(model: ModelSpec) -> Speculation | None:
-    """The model's speculation parameters, or None when it has no draft layers."""
+def rates_for_length(shape: tuple[float, ...] | list[float], length: float) -> tuple[float, ...]:
+    """Per-position rates s x shape (each capped at 1) whose expected accepted tokens is `length`
+    (1 <= length <= 1 + drafts), by bisection on s (the expectation grows with s)."""
+    shape = tuple(shape)
+    if not 1.0 <= length <= 1.0 + len(shape):
+        raise ValueError(f"acceptance_length: must be in [1, {1 + len(shape)}] for {len(shape)} drafts, got {length}")
+    if length == 1.0 + len(shape):
+        return (1.0,) * len(shape)
+    lo, hi = 0.0, 1.0 / max(min(a for a in shape if a > 0), 1e-9) if any(shape) else 1.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if expected_accepted([min(1.0, mid * a) for a in shape]) < length:
+            lo = mid
+        else:
+            hi = mid
+    return tuple(min(1.0, hi * a) for a in shape)
+
+
+def speculation(model: ModelSpec, acceptance_length: float | None = None) -> Speculation | None:
+    """The model's speculation parameters (accepted length: `acceptance_length`, else the model's
+    pinned `mtp.acceptance_length`, else what its per-position rates give), or None without draft layers."""
     if model.mtp is None:
         return None
-    rates = tuple(model.mtp.acceptance)
+    length = acceptance_length if acceptance_length is not None else model.mtp.acceptance_length
+    rates = tuple(model.mtp.acceptance) if length is None else rates_for_length(model.mtp.acceptance, length)
     return Speculation(model.mtp.block_tokens, expected_accepted(rates), rates)
 
 
-def draft_model(model: ModelSpec) -> ModelSpec:
-    """The draft layers as a model of their own (same widths and formats, no Engram)."""
+def request_acceptance(spec: Speculation, steps: int, rng: np.random.Generator) -> float:
+    """`acceptance: sampled`: one request's mean accepted tokens per step, the mean of its `steps`
+    steps, each step's count drawn from the acceptance model's own distribution (drafts kept
+    independently at the chained rates, as the expected-length formula assumes: Leviathan et al.,
+    arXiv:2211.17192, sec. 3). Its mean is the acceptance length; its spread shrinks as 1/sqrt(steps)."""
+    dist = spec.accepted_distribution()
+    counts = rng.multinomial(max(steps, 1), np.clip(dist, 0.0, None) / dist.sum())
+    return float(np.dot(counts, np.arange(1, spec.verify_tokens + 1))) / max(steps, 1)
+
+
+def draft_model(model: ModelSpec, layers: int | None = None) -> ModelSpec:
+    """The draft layers as a model of their own (same widths and formats, no Engram); `layers=1`:
+    one draft pass (the layers run one after another, each pass one of them)."""
     assert model.mtp is not None
     mtp = model.mtp
+    n = mtp.draft_layers if layers is None else layers
     data = model.model_dump()
     data.update(
-        name=f"{model.name}-draft",
-        layers=mtp.draft_layers,
+        name=f"{model.name}-draft" + ("" if layers is None else f"-{n}"),
+        layers=n,
         engram=None,
         mtp=None,
-        prefill={"full_layers": mtp.draft_layers, "tail_tokens": 0},
+        prefill={"full_layers": n, "tail_tokens": 0},
     )
-    data["attention"]["layer_codes"] = [mtp.draft_attention_code] * mtp.draft_layers
+    data["attention"]["layer_codes"] = [mtp.draft_attention_code] * n
     data["moe"].update(experts=mtp.experts, top_k=mtp.top_k, first_dense_layers=0)
     return ModelSpec.model_validate(data)
 
 
 def verify_batch(batch: StepBatch, verify_tokens: int) -> StepBatch:
     """The step's batch with every decoding sequence computing `verify_tokens` positions (the
-    scheduler's one-token-per-sequence form widened to the verify block; cached tokens unchanged)."""
-    made: dict[int, RankBatch] = {}  # ranks that share one batch (a memo's representative) share its widening
+    scheduler's one-token-per-sequence form widened to the verify block; cached tokens unchanged).
+    A sequence computing more than one token (a newcomer's tail + first token, a recompute chunk)
+    keeps its tokens: it has no drafts to verify in that step (mixed_step)."""
+    return _per_rank(batch, lambda rb: RankBatch(
+        np.where(rb.new_tokens == 1, verify_tokens, rb.new_tokens), rb.cached_tokens,
+        rb.pool_hbm_tokens, rb.pool_dram_tokens))
+
+
+def settled_batch(batch: StepBatch) -> StepBatch:
+    """`batch` with every sequence computing one token, the longer ones' other tokens already
+    cached: the plain decode step the same sequences run once the newcomers have caught up."""
+    return _per_rank(batch, lambda rb: RankBatch(
+        np.ones_like(rb.new_tokens), rb.cached_tokens + rb.new_tokens - 1, rb.pool_hbm_tokens, rb.pool_dram_tokens))
+
+
+def draft_batches(batch: StepBatch, draft_tokens: int) -> list[StepBatch]:
+    """The draft passes of a step whose verified (or computed) positions are `batch`: the first over
+    those positions, then draft_tokens - 1 passes of one token per sequence, each one further on."""
+    out = [batch]
+    for i in range(1, draft_tokens):
+        out.append(_per_rank(batch, lambda rb, i=i: RankBatch(
+            np.ones_like(rb.new_tokens), rb.cached_tokens + rb.new_tokens + i - 1)))
+    return out
+
+
+def _per_rank(batch: StepBatch, make) -> StepBatch:
+    made: dict[int, RankBatch] = {}  # ranks that share one batch (a memo's representative) share its copy
     for rb in batch.ranks:
         if id(rb) not in made:
-            made[id(rb)] = RankBatch(
-                np.full_like(rb.new_tokens, verify_tokens),
-                rb.cached_tokens,
-                rb.pool_hbm_tokens,
-                rb.pool_dram_tokens,
-            )
+            made[id(rb)] = make(rb)
     return StepBatch(tuple(made[id(rb)] for rb in batch.ranks), batch.expert_tokens)

@@ -124,6 +124,10 @@ def _group_plan(ctx: CostContext, lay: Layout, phase: str, gi: int) -> GroupPlan
     dmap = np.vstack([gmap[0], gmap[1] + gmap[2], gmap[3:]])
     for j, i in enumerate(idx_codes):
         dmap[2 + j] /= codes[i].ratio
+    if phase == "decode":  # a verify block reads each sequence's KV entries once (_read_rows)
+        gmap = _reads_apart(gmap, nc, idx_codes)
+    else:
+        gmap = np.vstack([gmap, np.zeros((2 + len(idx_codes), 4 * nc))])
     window = float(att.window) if att.window else 0.0
     caps = [window, np.inf] + [float(codes[i].top_k * codes[i].ratio) for i in idx_codes]
     overlap = 1.0 if o.attn_overlap else hw.efficiency.attention_overlap
@@ -169,6 +173,22 @@ def _group_plan(ctx: CostContext, lay: Layout, phase: str, gi: int) -> GroupPlan
     )
 
 
+def _reads_apart(gmap: np.ndarray, nc: int, idx_codes: list[int]) -> np.ndarray:
+    """The general map with the KV-entry bytes (window, dense compressed, indexer-selected) moved
+    from the per-query sums to per-sequence read rows [W_read, L_read, capped_read per indexer code]
+    (step_plan's general features): the positions of one sequence's verify block share its window
+    and compressed entries and read them once; FLOPs, key reads and scores stay per query."""
+    nidx = len(idx_codes)
+    out = np.vstack([gmap, np.zeros((2 + nidx, 4 * nc))])
+    r0 = 3 + nidx
+    mem = slice(2 * nc, 3 * nc)  # attention memory columns
+    out[r0, mem], out[0, mem] = gmap[0, mem], 0.0
+    out[r0 + 1, mem], out[1, mem] = gmap[1, mem], 0.0
+    for j in range(nidx):
+        out[r0 + 2 + j, mem], out[3 + j, mem] = gmap[3 + j, mem], 0.0
+    return out
+
+
 def _linear(lo2: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """sum of p for p in (lo, hi], given lo2 = lo (lo + 1)."""
     return (hi * (hi + 1.0) - lo2) * 0.5
@@ -181,16 +201,25 @@ def _capped(lo: np.ndarray, lo2: np.ndarray, hi: np.ndarray, div: float, cap: fl
 
 
 def _general_features(gp: GroupPlan, q: np.ndarray, end: np.ndarray, starts, nonempty):
-    """Per-rank sums [W, L, Kr, capped per indexer code, tokens, seqs] for queries q ending at end."""
+    """Per-rank sums [W, L, Kr, capped per indexer code, W_read, L_read, capped_read per indexer
+    code, tokens, seqs] for queries q ending at end; the read rows count each sequence's entries
+    once (the union of its queries' windows, everything up to its last position, its last
+    position's selection: batch_features.group_sums)."""
     n = q.size
+    nidx = len(gp.indexer_ratios)
     lo = end - q
     lo2 = lo * (lo + 1.0)
-    rows = np.zeros((5 + len(gp.indexer_ratios), n + 1))
+    rows = np.zeros((7 + 2 * nidx, n + 1))
     rows[0, :n] = _capped(lo, lo2, end, 1.0, gp.window)
     rows[1, :n] = _linear(lo2, end)
     rows[2, :n] = end * np.ceil(q / 128.0)
+    some = q > 0
+    r0 = 3 + nidx
+    rows[r0, :n] = np.minimum(end, gp.window + q - 1.0) * some if gp.window else 0.0
+    rows[r0 + 1, :n] = end * some
     for j, (ratio, top_k) in enumerate(gp.indexer_ratios):
         rows[3 + j, :n] = _capped(lo, lo2, end, ratio, top_k)
+        rows[r0 + 2 + j, :n] = np.minimum(end / ratio, top_k) * some
     rows[-2, :n] = q
     rows[-1, :n] = q > 0
     return np.add.reduceat(rows, starts, axis=1) * nonempty  # [F_g + 2, R]

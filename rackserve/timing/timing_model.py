@@ -9,12 +9,22 @@ from rackserve.timing.layout import Layout, make_layout
 from rackserve.timing.optimizations import Optimizations, parse_optimizations
 from rackserve.timing.overlap import overlapped, split_in_two
 from rackserve.timing.spec import HardwareSpec, ModelSpec, load_hardware, load_model
-from rackserve.timing.speculative import Speculation, draft_model, speculation, verify_batch
+from rackserve.timing.speculative import (
+    Speculation,
+    draft_batches,
+    draft_model,
+    settled_batch,
+    speculation,
+    verify_batch,
+)
 from rackserve.timing.step_cost import CostContext, step_cost
 from rackserve.timing.step_plan import StepPlan, build_plan, fast_step_cost
 
 KV_TIERS = ("pool_hbm", "pool_dram")
-REFERENCE_PREFILL_TOKENS = 16384  # a busy prefill rank's batch, for the router's marginal estimate
+# The router's reference batch: a busy prefill rank's step, which the engine caps at its
+# max_num_batched_tokens (vLLM's 8192 for the OpenAI server on a >= 70 GiB GPU, sched/limits.py);
+# a scenario's chunk knob (sim.max_num_batched_tokens / prefill_chunk_tokens) replaces it.
+REFERENCE_PREFILL_TOKENS = 8192
 
 
 class TimingModel:
@@ -32,8 +42,13 @@ class TimingModel:
         optimizations: Optimizations,
         block_tokens: int = 64,
         engram_placement: str = HBM_SHARDED,
+        acceptance_length: float | None = None,
+        reference_chunk_tokens: int = REFERENCE_PREFILL_TOKENS,
     ) -> None:
+        assert reference_chunk_tokens > 0
         self.hardware = hardware
+        self.acceptance_length = acceptance_length
+        self.reference_chunk_tokens = reference_chunk_tokens
         self.engram_placement = check_placement(engram_placement)
         self.model = model
         self.requested_optimizations = optimizations
@@ -47,7 +62,7 @@ class TimingModel:
             }
         self.block_tokens = block_tokens
         self.speculation: Speculation | None = (
-            speculation(model) if self.optimizations.mtp else None
+            speculation(model, acceptance_length) if self.optimizations.mtp else None
         )
         self._draft: TimingModel | None = None
         self._ctx = CostContext.build(hardware, model, self.optimizations, engram_placement)
@@ -63,6 +78,8 @@ class TimingModel:
         optimizations: str | Optimizations = "rubin-optimized",
         block_tokens: int = 64,
         engram_placement: str = HBM_SHARDED,
+        acceptance_length: float | None = None,
+        reference_chunk_tokens: int = REFERENCE_PREFILL_TOKENS,
     ) -> TimingModel:
         opts = (
             optimizations
@@ -70,25 +87,42 @@ class TimingModel:
             else parse_optimizations(optimizations)
         )
         return TimingModel(
-            load_hardware(hardware), load_model(model), opts, block_tokens, engram_placement
+            load_hardware(hardware), load_model(model), opts, block_tokens, engram_placement,
+            acceptance_length, reference_chunk_tokens,
         )
 
     @staticmethod
-    def from_section(section) -> TimingModel:
+    def from_section(section, reference_chunk_tokens: int = REFERENCE_PREFILL_TOKENS) -> TimingModel:
         """From rackserve.config.TimingSection (hardware, model, optimizations, target_block_tokens,
-        engram_placement)."""
+        engram_placement, speculative.acceptance_length); `reference_chunk_tokens`: the engine's
+        max_num_batched_tokens (the router's reference prefill step)."""
+        spec = getattr(section, "speculative", None)
         return TimingModel.create(
             section.hardware,
             section.model,
             section.optimizations,
             section.target_block_tokens,
             section.engram_placement,
+            None if spec is None else spec.acceptance_length,
+            reference_chunk_tokens,
+        )
+
+    def _again(self, hardware: HardwareSpec, optimizations: Optimizations) -> TimingModel:
+        return TimingModel(
+            hardware, self.model, optimizations, self.block_tokens, self.engram_placement,
+            self.acceptance_length, self.reference_chunk_tokens,
         )
 
     def with_hardware(self, hardware: HardwareSpec) -> TimingModel:
+        return self._again(hardware, self.requested_optimizations)
+
+    def with_reference_chunk(self, tokens: int) -> TimingModel:
+        """The same model with the router's reference prefill step at `tokens` (the engine's chunk)."""
+        if tokens == self.reference_chunk_tokens:
+            return self
         return TimingModel(
-            hardware, self.model, self.requested_optimizations, self.block_tokens,
-            self.engram_placement,
+            self.hardware, self.model, self.requested_optimizations, self.block_tokens,
+            self.engram_placement, self.acceptance_length, tokens,
         )
 
     def with_optimizations(self, optimizations: str | Optimizations) -> TimingModel:
@@ -97,9 +131,7 @@ class TimingModel:
             if isinstance(optimizations, Optimizations)
             else parse_optimizations(optimizations)
         )
-        return TimingModel(
-            self.hardware, self.model, opts, self.block_tokens, self.engram_placement
-        )
+        return self._again(self.hardware, opts)
 
     def layout(self, name: str, ranks: int | None = None) -> Layout:
         key = (name, ranks)
@@ -159,7 +191,8 @@ class TimingModel:
     def speculative_step_time(self, layout: Layout, batch: StepBatch) -> StepCost:
         """One decode step with speculative decoding: the verify pass over `batch` (each decoding
         sequence's new_tokens = verify_tokens positions; speculative.verify_batch widens a
-        one-token batch) plus the draft layers' pass over the same positions ("mtp_draft").
+        one-token batch) plus the draft passes, one after another ("mtp_draft": a one-layer pass
+        over the same positions, then draft_tokens - 1 passes of one token per sequence).
         accepted_tokens is the acceptance model's expectation. Without MTP: step_time("decode")."""
         verify = self.step_time("decode", layout, batch)
         if self.speculation is None:
@@ -167,17 +200,22 @@ class TimingModel:
         if self._draft is None:
             draft_opts = self.optimizations.with_switch("mtp", False)
             self._draft = TimingModel(
-                self.hardware, draft_model(self.model), draft_opts, self.block_tokens
+                self.hardware, draft_model(self.model, layers=1), draft_opts, self.block_tokens
             )
-        draft = self._draft.step_time("decode", layout, batch)
-        breakdown = {**verify.breakdown, "mtp_draft": draft.total_s}
-        dominant = max(draft.breakdown, key=draft.breakdown.get) if draft.breakdown else ""
-        bound = {**verify.bound, "mtp_draft": draft.bound.get(dominant, "memory")}
-        busy = tuple(v + d for v, d in zip(verify.rank_busy_s, draft.rank_busy_s, strict=True))
-        hidden = {k: verify.hidden_s.get(k, 0.0) + draft.hidden_s.get(k, 0.0)
-                  for k in {**verify.hidden_s, **draft.hidden_s}}  # fmt: skip
+        passes = [self._draft.step_time("decode", layout, b)
+                  for b in draft_batches(batch, self.speculation.draft_tokens)]  # fmt: skip
+        draft_s = sum(p.total_s for p in passes)
+        first = passes[0]
+        breakdown = {**verify.breakdown, "mtp_draft": draft_s}
+        dominant = max(first.breakdown, key=first.breakdown.get) if first.breakdown else ""
+        bound = {**verify.bound, "mtp_draft": first.bound.get(dominant, "memory")}
+        busy = tuple(v + sum(d) for v, *d in zip(verify.rank_busy_s, *(p.rank_busy_s for p in passes), strict=True))
+        hidden = dict(verify.hidden_s)
+        for p in passes:
+            for k, v in p.hidden_s.items():
+                hidden[k] = hidden.get(k, 0.0) + v
         return StepCost(
-            verify.total_s + draft.total_s,
+            verify.total_s + draft_s,
             breakdown,
             busy,
             bound,
@@ -190,20 +228,38 @@ class TimingModel:
         one token per "step": with MTP, a batch of single-token decodes is priced as one speculative
         step over the widened verify batch divided by its expected accepted tokens (every component
         scaled), so TPOT and KV growth follow accepted tokens in expectation. A batch with longer
-        chunks (recompute after preemption) or MTP off: step_time("decode")."""
-        if self.speculation is None or not batch.single_token:
+        chunks (newcomers' tails, recompute after preemption) is a mixed step (mixed_token_time).
+        MTP off: step_time("decode")."""
+        if self.speculation is None:
             return self.step_time("decode", layout, batch)
+        if not batch.single_token:
+            return self.mixed_token_time(layout, batch)
         spec = self.speculative_step_time(
             layout, verify_batch(batch, self.speculation.verify_tokens)
         )
-        per = 1.0 / spec.accepted_tokens
-        return StepCost(
-            spec.total_s * per,
-            {k: v * per for k, v in spec.breakdown.items()},
-            tuple(b * per for b in spec.rank_busy_s),
-            spec.bound,
-            {k: v * per for k, v in spec.hidden_s.items()},
-        )
+        return _scaled(spec, 1.0 / spec.accepted_tokens)
+
+    def mixed_token_time(self, layout: Layout, batch: StepBatch) -> StepCost:
+        """A mixed decode step as a real engine runs it: running sequences keep draft + verify
+        (accepting the acceptance length), sequences computing more than one token (a newcomer's
+        tail + first token, a recompute chunk) compute those in the same step, one roofline over
+        both (speculative.verify_batch keeps their tokens). For the lazy clock, which moves every
+        sequence one token per "step", it is the step's time less the (A - 1) per-token steps of
+        the same sequences once settled that follow it (A = accepted tokens): then the running
+        sequences' A tokens take exactly the mixed step, and the newcomers' extra work is what the
+        step adds, whatever their number. Components are clipped at 0 (total = their sum)."""
+        verify = self.speculation.verify_tokens
+        mixed = self.speculative_step_time(layout, verify_batch(batch, verify))
+        settled = self.speculative_step_time(layout, verify_batch(settled_batch(batch), verify))
+        w = 1.0 - 1.0 / settled.accepted_tokens
+
+        def less(a: dict, b: dict) -> dict:
+            return {k: max(0.0, a.get(k, 0.0) - w * b.get(k, 0.0)) for k in {**a, **b}}
+
+        breakdown = less(mixed.breakdown, settled.breakdown)
+        busy = tuple(max(0.0, m - w * p) for m, p in zip(mixed.rank_busy_s, settled.rank_busy_s, strict=True))
+        return StepCost(sum(breakdown.values()), breakdown, busy, mixed.bound,
+                        less(mixed.hidden_s, settled.hidden_s))
 
     def decode_leap(self, layout: Layout, batch: StepBatch, steps: int) -> StepCost:
         """`steps` consecutive single-token decode steps of the same sequences (each step adds one
@@ -257,7 +313,8 @@ class TimingModel:
     def prefill_estimate_s(self, layout: Layout, new_tokens: int, cached_tokens: int) -> float:
         """Cheap scalar for the router: the time this prompt adds to a busy prefill rank of `layout`,
         i.e. step(reference batch + prompt) - step(reference batch), the reference being one
-        REFERENCE_PREFILL_TOKENS-token prompt on every rank. A lone small prompt is bound by streaming
+        reference_chunk_tokens-token prompt on every rank (the engine's max_num_batched_tokens, the
+        largest step its prefill ranks run). A lone small prompt is bound by streaming
         all expert weights, which a batched prefill pays once for all its prompts; the marginal cost
         is what distinguishes a cache hit from a miss. Memoized per (layout, new, cached)."""
         if new_tokens <= 0:
@@ -266,8 +323,8 @@ class TimingModel:
         hit = self._estimates.get(key)
         if hit is not None:
             return hit
-        ref = RankBatch.of([REFERENCE_PREFILL_TOKENS])
-        with_prompt = RankBatch.of([REFERENCE_PREFILL_TOKENS, new_tokens], [0, cached_tokens])
+        ref = RankBatch.of([self.reference_chunk_tokens])
+        with_prompt = RankBatch.of([self.reference_chunk_tokens, new_tokens], [0, cached_tokens])
         base = self.step_time("prefill", layout, StepBatch((ref,) * layout.dp)).total_s
         more = self.step_time(
             "prefill", layout, StepBatch((with_prompt,) + (ref,) * (layout.dp - 1))
@@ -277,3 +334,14 @@ class TimingModel:
             self._estimates.clear()
         self._estimates[key] = value
         return value
+
+
+def _scaled(cost: StepCost, per: float) -> StepCost:
+    """`cost` with every time times `per` (a speculative step per accepted token)."""
+    return StepCost(
+        cost.total_s * per,
+        {k: v * per for k, v in cost.breakdown.items()},
+        tuple(b * per for b in cost.rank_busy_s),
+        cost.bound,
+        {k: v * per for k, v in cost.hidden_s.items()},
+    )

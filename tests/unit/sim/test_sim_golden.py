@@ -6,7 +6,12 @@ percentiles and every TTFT sample, hit rate per tier, rank busy/idle, evictions,
 occupancy and path busy, sizing...) with JSON written by main at 9e195d7, before any optimization,
 and rewritten once since for an intended change of results (issue 17 item 3: the first decode step
 recomputes the prompt's partial last block, and the step memo prices decode batches with longer
-chunks by their tokens):
+chunks by their tokens), and again for issue 31's decode pricing: 2.49 accepted tokens per step (the
+AgentX golden value, 3.65 before), draft passes priced one after another, newcomers' tail steps as
+mixed steps that keep speculation, verify steps reading each sequence's KV once, the router's
+reference step at the engine chunk (8192, was 16384). TPOT P50 rose ~1.7x in these small wide-EP8
+batches (agentx 0.64 -> 1.11 ms; mooncake 0.72 -> 1.23 ms; preempt 2.28 -> 3.55 ms), completions within
+2, hit rates within 0.1 point; the files also carry the result fields added meanwhile. The scenarios:
 - mooncake: the first 200 records of data/mooncake_synthetic_trace.jsonl at 0.3x inter-arrival,
   2 DEP2 prefill + Wide-EP 8 decode, small rank caches and pool (evictions in every tier),
   decode KV bounded (prompts that cannot fit are rejected);

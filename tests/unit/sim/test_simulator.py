@@ -186,9 +186,11 @@ def test_speculative_decoding_shortens_tpot_by_the_accepted_tokens():
     on, off = (_run(_scenario(), CachedTiming(tm), reqs) for tm in (on_tm, off_tm))
     assert on.completed == off.completed == len(reqs)
     ratio = on.tpot_p50_s / off.tpot_p50_s
-    # at these small batches the 5-position verify step costs about one plain step (plus the draft),
-    # so TPOT falls by about the 3.65 accepted tokens
-    assert 1 / 3.65 < ratio < 0.45
+    # at these small batches the 5-position verify step costs a little more than one plain step (on
+    # wide-EP the 5x tokens reach more experts), plus four draft passes one after another; since
+    # issue 31 a step accepts 2.49 tokens (the AgentX golden value; 3.65 before) and the drafts are
+    # priced pass by pass, so TPOT falls to ~0.7x (was < 0.45x)
+    assert 1 / 2.49 < ratio < 0.8
 
 
 def test_a_hot_prefix_survives_a_pool_too_small_for_two_chains(timing):

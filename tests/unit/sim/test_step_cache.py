@@ -40,13 +40,17 @@ def test_a_decode_batch_with_a_recompute_chunk_is_priced_by_its_tokens():
     exact = tm.decode_token_time(lay, chunk).total_s
     assert exact > tm.decode_token_time(lay, pure).total_s * 1.2  # MTP's per-token division is off
     assert memo.decode_token_time(lay, chunk).total_s == pytest.approx(exact, rel=0.03)
-    assert memo.step_time("decode", lay, chunk).total_s == pytest.approx(exact, rel=0.03)
+    # step_time is the plain step (no speculation); since issue 31 decode_token_time prices the
+    # chunk as a mixed step beside the others' draft + verify, so the two differ
+    plain = tm.step_time("decode", lay, chunk).total_s
+    assert memo.step_time("decode", lay, chunk).total_s == pytest.approx(plain, rel=0.03)
 
 
 def test_the_tail_step_is_keyed_on_the_instance_and_stays_near_the_exact_batch():
     """decode_tail_step_time_of keys a tail step by the batch's totals (not rank by rank): the same
     totals with the tails on other ranks hit the memo, and the cost stays near step_time on the
-    exact batch decode_side._decode_rank_batch builds (median error under 3%)."""
+    exact batch decode_side._decode_rank_batch builds (median error under 3%): since issue 31 the
+    exact mixed step, timing.decode_token_time (draft + verify beside the tails), not step_time."""
     import random
 
     from rackserve.sim.decode_side import _decode_rank_batch
@@ -66,7 +70,7 @@ def test_the_tail_step_is_keyed_on_the_instance_and_stays_near_the_exact_batch()
         batch = StepBatch(tuple(_decode_rank_batch(n, n * ctx + tails.get(r, 0), 0, tails.get(r, 0))
                                 for r in range(ranks)))
         layout = timing.layout("wide-ep", ranks=ranks)
-        want = timing.step_time("decode", layout, batch)
+        want = timing.decode_token_time(layout, batch)
         total_ctx = ranks * n * ctx + sum(tails.values())
         got = memo.decode_tail_step_time_of(layout, ranks, ranks, ranks * n, n, total_ctx, list(tails.values()))
         errors.append(abs(got.total_s - want.total_s) / want.total_s)
@@ -76,8 +80,10 @@ def test_the_tail_step_is_keyed_on_the_instance_and_stays_near_the_exact_batch()
         assert again is got and memo.misses == misses
     errors.sort()
     # the ratio's coarse shape (tails rounded to powers of two) is off most where the tails are a
-    # large share of a tiny batch's tokens (2 ranks, 1 sequence each, 4k context: 14%)
-    assert errors[len(errors) // 2] < 0.03 and errors[-1] < 0.15
+    # large share of a tiny batch's tokens (2 ranks, 1 sequence each, 4k context: 14%); since issue 31
+    # the tail step is the mixed step less the settled steps after it (a difference), which widens
+    # that worst case to ~17%
+    assert errors[len(errors) // 2] < 0.03 and errors[-1] < 0.2
 
 
 def test_tail_ratios_of_one_shape_but_other_tails_price_its_plain_step_once():
@@ -94,7 +100,9 @@ def test_tail_ratios_of_one_shape_but_other_tails_price_its_plain_step_once():
     timing.decode_token_time = lambda lay, batch: plain.append(batch) or token_time(lay, batch)
     args = (layout, 48, 40, 400, 12, 400 * 30_000)
     costs = [memo.decode_tail_step_time_of(*args, tails) for tails in ([17], [63, 63], [200] * 9)]
-    assert len(plain) == 2 and memo.misses == 1 + 3  # the base decode step and one plain; three ratios
+    # the base decode step and one plain, then three ratios; since issue 31 each ratio's tailed step
+    # is a mixed step priced by decode_token_time too (3 more calls), no longer step_time
+    assert len(plain) == 2 + 3 and memo.misses == 1 + 3
     fresh = CachedTiming(TimingModel.create("vr200"))
     assert costs[2].total_s == fresh.decode_tail_step_time_of(*args, [200] * 9).total_s
 

@@ -262,11 +262,14 @@ def test_prefill_estimate_rewards_cache_hits(vr200):
     assert vr200.prefill_estimate_s(dep2, 0, 100) == 0.0
     sizes = [vr200.prefill_estimate_s(dep2, n, 0) for n in (512, 2048, 8192)]
     assert sizes[0] < sizes[1] < sizes[2] and sizes[2] > 3 * sizes[1]
-    # it is the marginal cost on a busy rank: step(ref + prompt) - step(ref)
-    ref = RankBatch.of([16384])
+    # it is the marginal cost on a busy rank: step(ref + prompt) - step(ref), the reference step
+    # being the engine's chunk, max_num_batched_tokens (issue 31: 8192, was 16384, which the cap
+    # never allows)
+    chunk = vr200.reference_chunk_tokens
+    ref = RankBatch.of([chunk])
     base = vr200.step_time("prefill", dep2, StepBatch((ref, ref))).total_s
     more = vr200.step_time(
-        "prefill", dep2, StepBatch((RankBatch.of([16384, 2048], [0, 0]), ref))
+        "prefill", dep2, StepBatch((RankBatch.of([chunk, 2048], [0, 0]), ref))
     ).total_s
     assert vr200.prefill_estimate_s(dep2, 2048, 0) == pytest.approx(more - base)
 
@@ -362,3 +365,19 @@ def test_decode_feels_context_through_the_indexer_scan(vr200):
     grow = cost[262144].total_s - cost[8192].total_s
     assert (idx[262144] - idx[8192]) + (att[262144] - att[8192]) == pytest.approx(grow, rel=0.02)
     assert idx[262144] - idx[8192] > 0.4 * grow
+
+
+def test_the_router_reference_step_is_the_engines_chunk(vr200):
+    """Issue 31: the reference batch of the router's estimate is the engine's max_num_batched_tokens
+    (vLLM 8192 by default, a scenario's chunk knob otherwise), not a 16,384-token step the engine's
+    cap never runs."""
+    from rackserve.sched.limits import VLLM_MAX_NUM_BATCHED_TOKENS
+
+    dep2 = vr200.layout("dep2")
+    assert vr200.reference_chunk_tokens == VLLM_MAX_NUM_BATCHED_TOKENS
+    small = vr200.with_reference_chunk(2048)
+    assert small.reference_chunk_tokens == 2048 and vr200.with_reference_chunk(8192) is vr200
+    ref = RankBatch.of([2048])
+    base = small.step_time("prefill", dep2, StepBatch((ref, ref))).total_s
+    more = small.step_time("prefill", dep2, StepBatch((RankBatch.of([2048, 700], [0, 0]), ref))).total_s
+    assert small.prefill_estimate_s(dep2, 700, 0) == pytest.approx(max(more - base, 0.0))

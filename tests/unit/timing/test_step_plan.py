@@ -76,9 +76,12 @@ def test_fast_path_decode_leap_and_estimate_match_reference(vr200):
     mid = StepBatch(tuple(RankBatch(r.new_tokens, r.cached_tokens + half) for r in batch.ranks))
     one = ref.step_time_reference("decode", wide, mid)
     assert fast_leap.total_s == pytest.approx(9 * one.total_s, rel=REL)
-    base = ref.step_time_reference("prefill", dep2, StepBatch((RankBatch.of([16384]),) * 2))
+    # the router's reference step is the engine's chunk (issue 31: 8192, was 16384)
+    chunk = vr200.reference_chunk_tokens
+    assert chunk == 8192
+    base = ref.step_time_reference("prefill", dep2, StepBatch((RankBatch.of([chunk]),) * 2))
     more = ref.step_time_reference(
-        "prefill", dep2, StepBatch((RankBatch.of([16384, 700], [0, 3000]), RankBatch.of([16384])))
+        "prefill", dep2, StepBatch((RankBatch.of([chunk, 700], [0, 3000]), RankBatch.of([chunk])))
     )
     assert vr200.prefill_estimate_s(dep2, 700, 3000) == pytest.approx(
         max(more.total_s - base.total_s, 0.0), rel=1e-6
