@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from rackserve.sim.metrics import slow_tail_speed
 from rackserve.workload.trace_replay import MAX_OVERFLOW_SHARE
 from services.bench.outcome import Outcome
 
@@ -106,6 +107,7 @@ def summarize(
         "cached_token_share": cached / total_in if total_in else 0.0,
         "rank_idle_pct": rank_idle_pct,
         "output_tok_per_s_per_user": per_user_speeds(ok, time_scale),
+        **interactivity(ok, time_scale),
         "warmup_requests": sum(o.warmup for o in all_outcomes),
         "measure_window_s": [measure_start_s, end_s],
         "context_overflows": overflows,
@@ -132,6 +134,16 @@ def per_user_speeds(outcomes: Sequence[Outcome], time_scale: float) -> list[floa
     return [1.0 / to_sim(o.tpot_wall, time_scale) for o in outcomes if o.tpot_wall]
 
 
+def interactivity(ok: Sequence[Outcome], time_scale: float) -> dict[str, float]:
+    """AgentX interactivity (rackserve.sim.metrics): E2E-normalized = output tokens / E2E latency
+    (TTFT counts; the headline) and ITL-based = 1 / TPOT, each as 1 / p50 and 1 / p90 (the slow
+    tail) of seconds per output token over the successful requests, simulated."""
+    e2e = [to_sim(o.e2e_wall, time_scale) / o.output_tokens for o in ok if o.output_tokens > 0]
+    itl = [to_sim(o.tpot_wall, time_scale) for o in ok if o.tpot_wall]
+    return {f"tps_user_{kind}_{pc}": slow_tail_speed(values, q) for kind, values in (("e2e", e2e), ("itl", itl))
+            for pc, q in (("p50", 50), ("p90", 90))}
+
+
 def format_summary(r: dict) -> str:
     """The familiar `vllm bench serve` table, plus the twin's cached share and rank idle time."""
     unit = "" if r["clock"] == "simulated" else " [wall]"
@@ -151,6 +163,8 @@ def format_summary(r: dict) -> str:
         ),
         ("Warm-up requests (not counted):", r["warmup_requests"]),
         ("Context overflows (%):", f"{r['context_overflows']} ({100 * r['context_overflow_share']:.1f})"),
+        ("tok/s/user E2E-normalized P50 | P90:", f"{r['tps_user_e2e_p50']:.1f} | {r['tps_user_e2e_p90']:.1f}"),
+        ("tok/s/user ITL-based P50 | P90:", f"{r['tps_user_itl_p50']:.1f} | {r['tps_user_itl_p90']:.1f}"),
     ]
     lines = ["{s:{c}^50}".format(s=" Serving Benchmark Result ", c="=")]
     lines += [f"{k:<40}{v:<10}" for k, v in rows]

@@ -89,3 +89,15 @@ def test_replayed_prompts_share_token_prefixes_like_the_trace_and_nothing_across
 def test_cli_refuses_a_bad_length_scale():
     with pytest.raises(SystemExit):
         parse_args(["--trace", DEFAULT_AGENTX_TRACE, "--length-scale", "2"])
+
+
+def test_bench_reports_agentx_interactivity_both_ways():
+    # 3 tokens 0.1 s apart from start: E2E 0.3 s -> 10 tok/s/user; TPOT 0.1 s -> 10 tok/s/user.
+    # A request whose first token waits 1 s: E2E 1.2 s for 3 tokens (2.5/s) but TPOT still 0.1 s.
+    slow = Outcome(9, 100, 3, arrival_s=1.0, start=1.0, chunk_times=[2.0, 2.1, 2.2], end=2.2, output_tokens=3,
+                   success=True)
+    r = summarize([_done(1, 1.0, 1.0), slow], wall_duration_s=10.0, time_scale=1.0, model_id="m")
+    assert r["tps_user_itl_p50"] == pytest.approx(10.0) and r["tps_user_itl_p90"] == pytest.approx(10.0)
+    assert r["tps_user_e2e_p50"] == pytest.approx(1 / ((0.1 + 0.4) / 2))
+    assert r["tps_user_e2e_p90"] == pytest.approx(1 / (0.1 + 0.9 * 0.3))  # near the slow one's 2.5
+    assert "tok/s/user E2E-normalized P50 | P90:" in format_summary(r)
