@@ -25,9 +25,13 @@ RANKS = typer.Option(None, "--ranks", help="wide-ep ranks (default 8)")
 JSON = typer.Option(False, "--json", help="print one JSON object")
 
 
-def _model(hardware: str, model: str, opt: str) -> TimingModel:
+ACCEPT = typer.Option(None, "--acceptance-length",
+                      help="accepted tokens per MTP step (default: the model's pinned value, 2.49 for V4.1-Flash)")
+
+
+def _model(hardware: str, model: str, opt: str, acceptance_length: float | None = None) -> TimingModel:
     try:
-        return TimingModel.create(hardware, model, opt)
+        return TimingModel.create(hardware, model, opt, acceptance_length=acceptance_length)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
@@ -52,6 +56,7 @@ def step(
     batch: int = typer.Option(64, "--batch", help="decode: sequences per DP rank"),
     context: int = typer.Option(32768, "--context", help="decode: context length of each sequence"),
     opt: str = OPT,
+    acceptance_length: float = ACCEPT,
     explain: bool = typer.Option(
         False, "--explain", help="each switch's saving, one off at a time"
     ),
@@ -60,7 +65,7 @@ def step(
     """Print the simulated duration of one step and its breakdown by component."""
     if ctx.invoked_subcommand:
         return
-    tm = _model(hardware, model, opt)
+    tm = _model(hardware, model, opt, acceptance_length)
     lay = _layout(tm, layout, ranks)
     shape = (tokens, cached, batch, context)
     try:
@@ -103,16 +108,23 @@ def _summary(tm: TimingModel, phase: str, cost) -> dict:
         return {}
     draft = cost.breakdown.get("mtp_draft", 0.0)
     tpot = per_token_s(cost, phase)
+    spec = tm.speculation
     return {"verify_s": cost.total_s - draft, "draft_s": draft,
             "accepted_tokens": cost.accepted_tokens, "verify_tokens": tm.verify_tokens,
+            "draft_passes": spec.draft_tokens if spec else 0,
+            "acceptance_rates": list(spec.acceptance) if spec else [],
             "tpot_s": tpot, "tokens_per_s_per_user": 1.0 / tpot if tpot else 0.0}  # fmt: skip
 
 
 def _echo_decode(tm: TimingModel, cost, s: dict) -> None:
     if tm.speculation is not None:
+        rates = ", ".join(f"{a:.3f}" for a in s["acceptance_rates"])
+        typer.echo(f"MTP acceptance: {s['accepted_tokens']:.3f} tokens/step "
+                   f"(P(draft kept | earlier kept) per position: {rates})")
         typer.echo(
             f"MTP: verify {s['verify_tokens']} positions {s['verify_s'] * 1e3:.4f} ms + draft "
-            f"{s['draft_s'] * 1e3:.4f} ms; expected accepted {s['accepted_tokens']:.3f} tokens/step"
+            f"{s['draft_s'] * 1e3:.4f} ms ({s['draft_passes']} passes one after another); "
+            f"expected accepted {s['accepted_tokens']:.3f} tokens/step"
         )
     typer.echo(f"TPOT {s['tpot_s'] * 1e3:.4f} ms  ->  {s['tokens_per_s_per_user']:.1f} tok/s/user")
 

@@ -162,3 +162,17 @@ def test_curve_over_contexts_decode_feels_context():
     assert all(a < b for a, b in zip(steps, steps[1:], strict=False))
     bad = runner.invoke(app, ["timing", "curve", "--context", "8q"])
     assert bad.exit_code != 0 and "context" in bad.output
+
+
+def test_decode_explain_shows_acceptance_draft_and_verify_parts():
+    """Issue 31: `rackserve timing --layout tp8 --phase decode --batch 1 --explain` shows the
+    acceptance (pinned 2.49, per-position rates), the verify part and the draft passes;
+    --acceptance-length replaces the pinned value."""
+    args = ["timing", "--layout", "tp8", "--phase", "decode", "--batch", "1", "--explain"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "MTP acceptance: 2.490 tokens/step" in res.output
+    assert "verify 5 positions" in res.output and "4 passes one after another" in res.output
+    out = json.loads(runner.invoke(app, [*args, "--json", "--acceptance-length", "3"]).output)
+    assert out["accepted_tokens"] == pytest.approx(3.0) and out["draft_passes"] == 4
+    assert len(out["acceptance_rates"]) == 4
