@@ -35,10 +35,13 @@ def build_source(spec: AnyWorkload, block_size: int, model_id: str) -> ArrivalSo
 
 def trace_workload(path: str | Path, current: AnyWorkload | None = None) -> MooncakeWorkload | AgentXTraceWorkload:
     """The workload of `--trace FILE`, told apart by content: Mooncake records replay open loop;
-    conversations replay by the AgentX rules, keeping the current workload's seed, lanes and
-    duration when it has them."""
+    conversations replay by the AgentX rules. A scenario that already replays conversations keeps
+    every field but the file (warmup_first, start ratios, window, limit...: `--trace F` equals the
+    scenario with `trace: F`); another kind lends its seed, lanes and duration when it has them."""
     if trace_format(path) == "mooncake":
         return MooncakeWorkload(kind="mooncake", trace=str(path))
+    if isinstance(current, AgentXTraceWorkload):
+        return current.model_copy(update={"trace": str(path)})
     keep = {}
     for name in ("seed", "concurrency", "duration_s", "max_context", "measure_start_s", "measure_s"):
         value = getattr(current, name, None)
