@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from rackserve.kv.events import KVEvent, Publisher, Tier
 from rackserve.routing.closure import UNKNOWN_PARENT, PrefixClosure
 from rackserve.routing.index_holders import HolderKey, IndexHolders
-from rackserve.routing.index_lookup import IndexLookup, PoolLookup, RankLookup
+from rackserve.routing.index_lookup import IndexLookup, InstancePoolLookup, PoolLookup, RankLookup
 from rackserve.routing.view import RankId
 
 __all__ = ["HolderKey", "IndexSnapshot", "PrefixIndex"]
@@ -83,6 +83,7 @@ class PrefixIndex(IndexLookup, IndexHolders):
         self._epoch: dict[Publisher, int] = {}
         self._rank_lookup: RankLookup | None = None
         self._pool_lookup: PoolLookup | None = None
+        self._instance_pools: InstancePoolLookup | None = None
 
     def delegate_ranks(self, lookup: RankLookup) -> None:
         """Rank prefixes come from `lookup(block_hashes) -> {rank: leading blocks held}` (ranks
@@ -98,6 +99,13 @@ class PrefixIndex(IndexLookup, IndexHolders):
         if self._seq:
             raise ValueError("delegate_pool: the index has taken events already")
         self._pool_lookup = lookup
+
+    def delegate_instance_pools(self, lookup: InstancePoolLookup) -> None:
+        """A pool per prefill instance (pool.scope instance/agentx): `lookup(block_hashes) ->
+        {instance: (leading blocks in its pool, of which in pool_hbm)}` (instances holding none
+        absent); pool events are refused from now on. Only before any event."""
+        self.delegate_pool(lambda hashes: (0, 0))
+        self._instance_pools = lookup
 
     # ---- events -------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from rackserve.routing.view import RankId
 
 RankLookup = Callable[[Sequence[int]], dict[RankId, int]]  # hashes -> leading blocks per rank
 PoolLookup = Callable[[Sequence[int]], tuple[int, int]]  # hashes -> (leading pool blocks, of them pool_hbm)
+InstancePoolLookup = Callable[[Sequence[int]], dict[str, tuple[int, int]]]  # the same, per instance's pool
 _CHUNK = 32  # blocks looked up per C-level map() call while searching for the first miss
 _KEYS_MEMO = 4096  # rank bit sets remembered by _record_drops before the memo starts over
 
@@ -30,6 +31,7 @@ class IndexLookup:
     _keys_of: dict[int, tuple[RankId, ...]]
     _rank_lookup: RankLookup | None  # rank prefixes answered by their holders (delegate_ranks)
     _pool_lookup: PoolLookup | None  # the pool's prefix answered by the pool (delegate_pool)
+    _instance_pools: InstancePoolLookup | None  # a pool per instance (delegate_instance_pools)
     prefix_closed: bool  # a property of PrefixIndex: True when the binary searches are exact
 
     def match(
@@ -51,6 +53,8 @@ class IndexLookup:
         else:
             ranks = self._rank_prefixes_walk(block_hashes)
         starts = {0, *ranks.values()}
+        if self._instance_pools is not None:
+            return PrefixMatch(block_size, prompt_tokens, ranks, {}, self._instance_pools(block_hashes))
         if self._pool_lookup is not None:
             pool = _runs_from_ends(*self._pool_lookup(block_hashes), starts)
         elif closed:

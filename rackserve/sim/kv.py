@@ -7,6 +7,12 @@ rank's fetch of pooled blocks finishes when its bytes have crossed, and a put's 
 (and the index) only when its write commits, so a turn arriving meanwhile misses them. Tokens
 computed again because their blocks were lost are counted by the tier that lost them ("in_flight":
 the put had not committed yet).
+
+Pool scope (sim/pool_scope.py): one pool for the rack, or one per prefill instance (each rank
+reads and writes its own instance's pool only). Event lag (routing.event_lag_s): a block a rank
+stores, or a put commits, reaches the router's lookups only `event_lag_s` later (its KV event's
+trip); the ranks themselves find it at once. `truth()` turns the lag off for one lookup (routing
+regret's hindsight).
 """
 
 from __future__ import annotations
@@ -71,43 +77,138 @@ class RankCache:
         return gone
 
 
+class Visibility:
+    """When blocks just written become visible to the router: write done + the KV event's lag.
+    Along a chain, earlier blocks were written no later, so what is visible is a prefix."""
+
+    def __init__(self, lag_s: float) -> None:
+        self.lag_s = lag_s
+        self.at: dict[int, float] = {}
+        self._fifo: deque[tuple[float, Sequence[int]]] = deque()
+
+    def add(self, hashes: Sequence[int], written_at: float) -> None:
+        if not hashes:
+            return
+        t = written_at + self.lag_s
+        self.at.update(dict.fromkeys(hashes, t))
+        self._fifo.append((t, hashes))
+
+    def visible(self, hashes: Sequence[int], n: int, now: float) -> int:
+        """How many of the `n` leading keys of `hashes` the router sees at `now`."""
+        fifo, at = self._fifo, self.at
+        while fifo and fifo[0][0] <= now:
+            t, done = fifo.popleft()
+            for h in done:
+                if at.get(h) == t:
+                    del at[h]
+        if n == 0 or not at or at.get(hashes[n - 1], 0.0) <= now:
+            return n
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if at.get(hashes[mid], 0.0) > now:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+
 class ClusterKV:
     def __init__(self, cache_blocks: dict[RankId, int], pool: PoolLimits, block_tokens: int,
-                 block_bytes: int, index: PrefixIndex, paths: PoolPaths | None = None) -> None:
+                 block_bytes: int, index: PrefixIndex, paths: PoolPaths | None = None,
+                 scoped: list[tuple[tuple[str, ...], PoolLimits, PoolPaths | None]] | None = None,
+                 event_lag_s: float = 0.0) -> None:
+        """`scoped`: one pool per group of prefill instances (pool.scope instance/agentx), each
+        with its limits and paths, in place of the one rack pool `pool` / `paths`."""
         self.block_tokens = block_tokens
         self.block_bytes = block_bytes
         self.caches = {key: RankCache(n) for key, n in cache_blocks.items()}
         self._lrus = tuple((key, c.lru, c.match) for key, c in self.caches.items())
-        self.pool = PoolTiers(pool)
+        groups = scoped if scoped else [((), pool, paths)]
+        self.pools = [PoolTiers(limits) for _, limits, _ in groups]
+        self.all_paths = [p for _, _, p in groups]
+        self._pool_of = {inst: i for i, (names, _, _) in enumerate(groups) for inst in names}
+        self.pool, self.paths = self.pools[0], self.all_paths[0]
         self.index = index
         index.delegate_ranks(self.rank_prefixes)  # the rank caches and the pool answer for themselves
-        index.delegate_pool(self.pool.held_prefix)
-        self.paths = paths
+        if scoped:
+            index.delegate_instance_pools(self.instance_pool_prefixes)
+        else:
+            index.delegate_pool(self.pool_prefix)
         self.recomputed_tokens: dict[str, int] = {"rank_hbm": 0, "pool_hbm": 0, "pool_dram": 0, "in_flight": 0}
-        self._commits: list[tuple[float, int]] = []  # (finish time, txn) of puts still crossing
-        self._put_chain: dict[int, tuple[Sequence[int], int]] = {}  # txn -> (keys, keys before the put)
+        self._commits: list[tuple[float, int, int]] = []  # (finish time, txn, pool) of puts still crossing
+        self._put_chain: dict[tuple[int, int], tuple[Sequence[int], int]] = {}  # (pool, txn) -> (keys, keys before)
         self._lost: dict[int, str] = {}  # block hash -> tier it was dropped from (gone everywhere)
+        self.now = 0.0
+        self._truth = False
+        lag = event_lag_s > 0
+        self._rank_vis = {key: Visibility(event_lag_s) for key in self.caches} if lag else None
+        self._pool_vis = [Visibility(event_lag_s) for _ in self.pools] if lag else None
+
+    def _pool_index(self, rank: RankId) -> int:
+        return self._pool_of.get(rank[0], 0)
 
     # ---- time ---------------------------------------------------------------------------------
     def advance(self, now: float) -> None:
         """Commit every put whose bytes have crossed by `now` (its blocks become visible)."""
+        self.now = max(self.now, now)
         commits = self._commits
         if not commits or commits[0][0] > now:
             return
+        touched = set()
         while commits and commits[0][0] <= now:
-            done, txn = heapq.heappop(commits)
-            ks, first = self._put_chain.pop(txn)
-            self.pool.commit(txn, done, ancestors=ks[:first])
-        self._publish_pool()
+            done, txn, i = heapq.heappop(commits)
+            ks, first = self._put_chain.pop((i, txn))
+            self.pools[i].commit(txn, done, ancestors=ks[:first])
+            if self._pool_vis is not None:
+                self._pool_vis[i].add(ks[first:], done)
+            touched.add(i)
+        for i in touched:
+            self._publish_pool(i)
+
+    def truth(self, on: bool) -> None:
+        """Router lookups see every block at once while on (no event lag): hindsight's view."""
+        self._truth = on
 
     # ---- reads --------------------------------------------------------------------------------
     def rank_prefixes(self, hashes: Sequence[int]) -> dict[RankId, int]:
         """Leading keys of `hashes` each rank holds (ranks holding none absent): the router's
-        rank lookup (PrefixIndex.delegate_ranks)."""
+        rank lookup (PrefixIndex.delegate_ranks), less what the router has not heard of yet."""
         if not hashes:
             return {}
         head = hashes[0]
-        return {key: match(hashes) for key, lru, match in self._lrus if head in lru}
+        found = {key: match(hashes) for key, lru, match in self._lrus if head in lru}
+        vis = self._rank_vis
+        if vis is None or self._truth:
+            return found
+        now = self.now
+        seen = {key: vis[key].visible(hashes, n, now) for key, n in found.items()}
+        return {key: n for key, n in seen.items() if n}
+
+    def pool_prefix(self, hashes: Sequence[int], i: int = 0) -> tuple[int, int]:
+        """(leading keys pooled, of them in pool_hbm) of pool `i` as the router sees them."""
+        n, n_hbm = self.pools[i].held_prefix(hashes)
+        if self._pool_vis is None or self._truth or not n:
+            return n, n_hbm
+        seen = self._pool_vis[i].visible(hashes, n, self.now)
+        return seen, min(n_hbm, seen)
+
+    def instance_pool_prefixes(self, hashes: Sequence[int]) -> dict[str, tuple[int, int]]:
+        """Per prefill instance, its pool's prefix of `hashes` as the router sees it."""
+        if not hashes:
+            return {}
+        by_pool = [self.pool_prefix(hashes, i) for i in range(len(self.pools))]
+        return {inst: by_pool[i] for inst, i in self._pool_of.items() if by_pool[i][0]}
+
+    def held_tokens(self, rank: RankId, keys: BlockKeys, prompt_tokens: int, now: float) -> int:
+        """Prompt tokens `rank` would find now (own HBM, then its pool's committed blocks), without
+        touching anything: whether a lookup made earlier (a prefetch) has been overtaken."""
+        self.advance(now)
+        ks = keys.keys
+        n_rank = self.caches[rank].match(ks)
+        rest = ks[n_rank:]
+        n_pool = self.pools[self._pool_index(rank)].stored_prefix(rest, now)[0] if rest else 0
+        return min(keys.blocks_in(n_rank + n_pool) * self.block_tokens, max(prompt_tokens - 1, 0))
 
     def delivered_hit(self, rank: RankId, keys: BlockKeys, prompt_tokens: int, now: float
                       ) -> tuple[PrefixHit, float]:
@@ -120,12 +221,13 @@ class ClusterKV:
         ks = keys.keys
         n_rank = self.caches[rank].match(ks)
         rest = ks[n_rank:]
-        n_pool, n_phbm = self.pool.stored_prefix(rest, now) if rest else (0, 0)
+        pi = self._pool_index(rank)
+        pool = self.pools[pi]
+        n_pool, n_phbm = pool.stored_prefix(rest, now) if rest else (0, 0)
         if n_pool:
             # refresh LRU as a lookup of the last hit does: it and its stored ancestors, which are
             # ks[:n_rank + n_pool] (a key's parent is the key before it; the pool is prefix-closed)
-            self.pool.lookup_prefix(ks, n_rank + n_pool, now)
-        pool = self.pool
+            pool.lookup_prefix(ks, n_rank + n_pool, now)
         end = n_rank + n_pool
         blocks = {"rank_hbm": keys.blocks_in(n_rank), "pool_hbm": 0, "pool_dram": 0}
         if n_pool:  # every key covers `group` blocks but the prompt's tail key
@@ -138,23 +240,24 @@ class ClusterKV:
             if extra:
                 found = keys.blocks[keys.blocks_in(end) + extra - 1]
                 blocks["rank_hbm" if found in lru else pool.tier_of(found)] += extra
-            self._count_lost(rest[n_pool:], keys)
+            self._count_lost(rest[n_pool:], keys, pool)
         bs = self.block_tokens
         room = prompt_tokens - 1
         t_rank = min(blocks["rank_hbm"] * bs, room)
         t_phbm = min(blocks["pool_hbm"] * bs, room - t_rank)
         t_pdram = min(blocks["pool_dram"] * bs, room - t_rank - t_phbm)
         ready = now
-        if self.paths is not None:
+        paths = self.all_paths[pi]
+        if paths is not None:
             per_token = self.block_bytes / bs
-            ready = max(self.paths.transfer(now, rank, "pool_hbm", "read", t_phbm * per_token),
-                        self.paths.transfer(now, rank, "pool_dram", "read", t_pdram * per_token))
+            ready = max(paths.transfer(now, rank, "pool_hbm", "read", t_phbm * per_token),
+                        paths.transfer(now, rank, "pool_dram", "read", t_pdram * per_token))
         return PrefixHit(t_rank, t_phbm, t_pdram), ready
 
-    def _count_lost(self, missed: Sequence[int], keys: BlockKeys) -> None:
+    def _count_lost(self, missed: Sequence[int], keys: BlockKeys, pool: PoolTiers) -> None:
         """Keys about to be computed that existed before: pending in a put, or dropped by a tier.
         Chained hashes: the first never-seen key ends the search (all later ones are new too)."""
-        lost, pool = self._lost, self.pool
+        lost = self._lost
         tokens = keys.group * self.block_tokens
         reason = "in_flight"
         for h in missed:
@@ -173,9 +276,14 @@ class ClusterKV:
         pool (the keys it computed, past the `delivered_tokens` it found, are new there), visible
         when the write commits."""
         self.advance(now)
-        gone = self.caches[rank].store(keys.keys)
+        cache = self.caches[rank]
+        if self._rank_vis is not None:
+            self._rank_vis[rank].add(keys.keys[cache.match(keys.keys):], now)
+        gone = cache.store(keys.keys)
+        pi = self._pool_index(rank)
+        pool, paths = self.pools[pi], self.all_paths[pi]
         if gone:
-            self._lost.update(dict.fromkeys(self.pool.unknown(gone), "rank_hbm"))
+            self._lost.update(dict.fromkeys(pool.unknown(gone), "rank_hbm"))
         first = delivered_tokens // (self.block_tokens * keys.group)
         if not keys.keys[first:]:
             return
@@ -183,33 +291,36 @@ class ClusterKV:
         # only after its parent, so its chains stay matchable from the start (prefix-closed, so the
         # first missing key is found by bisection)
         ks = keys.keys
-        first = _first_unknown(ks, self.pool.is_known)
+        first = _first_unknown(ks, pool.is_known)
         fresh = ks[first:]
         if not fresh:
             return
         parent = ks[first - 1] if first else None
         size = keys.group * self.block_bytes
         last = keys.element_blocks(len(ks) - 1) * self.block_bytes
-        res = self.pool.reserve_chain(fresh, size, last, f"{rank[0]}/{rank[1]}", now, parent_hash=parent)
+        res = pool.reserve_chain(fresh, size, last, f"{rank[0]}/{rank[1]}", now, parent_hash=parent)
         if res.statuses.count("reserved") == len(fresh):  # the common put: every key is written
             written, to_write = size * (len(fresh) - 1) + last, fresh
         else:
             written = sum(size if i + 1 < len(fresh) else last for i in res.to_write)
             to_write = tuple(fresh[i] for i in res.to_write)
         if to_write:
-            done = now if self.paths is None else self.paths.transfer(now, rank, "pool_hbm", "write", written)
+            tier = "pool_hbm" if pool.usage("pool_hbm").capacity_bytes else "pool_dram"  # where puts land
+            done = now if paths is None else paths.transfer(now, rank, tier, "write", written)
             lost = self._lost
             if lost:
                 deque(map(lost.__delitem__, lost.keys() & to_write), maxlen=0)
             if done <= now:
-                self.pool.commit(res.txn, now, ancestors=ks[:first])
+                pool.commit(res.txn, now, ancestors=ks[:first])
+                if self._pool_vis is not None:
+                    self._pool_vis[pi].add(fresh, now)
             else:
-                heapq.heappush(self._commits, (done, res.txn))
-                self._put_chain[res.txn] = (ks, first)
-        self._publish_pool()
+                heapq.heappush(self._commits, (done, res.txn, pi))
+                self._put_chain[(pi, res.txn)] = (ks, first)
+        self._publish_pool(pi)
 
-    def _publish_pool(self) -> None:
-        events, dropped = self.pool.drain()  # numbered, not indexed: the index asks the pool itself
+    def _publish_pool(self, i: int = 0) -> None:
+        events, dropped = self.pools[i].drain()  # numbered, not indexed: the index asks the pool itself
         if dropped:
             from_dram = {h for ev in events if ev.kind == "removed" and ev.tier == "pool_dram" for h in ev.block_hashes}
             for h in dropped:
@@ -217,16 +328,30 @@ class ClusterKV:
 
     # ---- report -------------------------------------------------------------------------------
     def pool_occupancy(self) -> dict[str, float]:
+        """Held / capacity of each tier, over every pool."""
         out = {}
         for tier in ("pool_hbm", "pool_dram"):
-            usage = self.pool.usage(tier)
-            out[tier] = usage.target_bytes / usage.capacity_bytes if usage.capacity_bytes else 0.0
+            used = [p.usage(tier) for p in self.pools]
+            cap = sum(u.capacity_bytes for u in used)
+            out[tier] = sum(u.target_bytes for u in used) / cap if cap else 0.0
         return out
 
     def evictions(self) -> dict[str, int]:
-        ev = dict(self.pool.counters.evictions)
+        ev: dict[str, int] = {}
+        for p in self.pools:
+            for tier, n in p.counters.evictions.items():
+                ev[tier] = ev.get(tier, 0) + n
         ev["rank_hbm"] = sum(c.evictions for c in self.caches.values())
         return ev
+
+    def path_utilization(self, span_s: float) -> dict[str, float]:
+        """Busy fraction of each path, the busiest pool's where there are several."""
+        out: dict[str, float] = {}
+        for paths in self.all_paths:
+            if paths is not None:
+                for k, v in paths.utilization(span_s).items():
+                    out[k] = max(out.get(k, 0.0), v)
+        return out
 
 
 def _first_unknown(keys: Sequence[int], known) -> int:

@@ -36,7 +36,8 @@ class Flight:
     delivered: PrefixHit = PrefixHit()
     decode_blocks: int = 0
     prefill_start: float = -1.0
-    fetch_ready: float = 0.0  # when the pooled part of its prefix is in the prefill rank's HBM
+    fetch_ready: float = -1.0  # when the pooled part of its prefix is in the prefill rank's HBM (-1: not looked up)
+    regret_s: float = 0.0  # routing regret of its decision (rackserve/routing/regret.py)
     prefill_end: float = -1.0
     kv_arrive: float = -1.0
     first_token: float = -1.0
@@ -44,6 +45,17 @@ class Flight:
 
 def is_warmup(request: Request) -> bool:
     return bool(getattr(request, "warmup", False))
+
+
+TTFT_PARTS = ("queue", "kv_transfer", "prefill", "pd_transfer", "first_decode")
+
+
+def ttft_parts(flight: Flight) -> tuple[float, ...]:
+    """A finished request's TTFT as TTFT_PARTS (they add up to first token - arrival)."""
+    arrival, start = flight.request.arrival_s, flight.prefill_start
+    fetch = min(max(0.0, flight.fetch_ready - start), flight.prefill_end - start)
+    return (start - arrival, fetch, flight.prefill_end - start - fetch, flight.kv_arrive - flight.prefill_end,
+            flight.first_token - flight.kv_arrive)
 
 
 @dataclass
@@ -63,6 +75,10 @@ class MetricsCollector:
     prompt_tokens_prefilled: int = 0
     hit_tokens: dict[str, int] = field(default_factory=lambda: {"rank_hbm": 0, "pool_hbm": 0, "pool_dram": 0})
     predicted_hit_tokens: int = 0
+    # Issue 32: TTFT taken apart (sums over finished requests: queue, waiting for pooled KV, prefill
+    # compute, P/D transfer, first decode step) and each decision's routing regret
+    ttft_parts_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TTFT_PARTS, 0.0))
+    regret_s: list[float] = field(default_factory=list)
     first_arrival: float = float("inf")
     last_finish: float = 0.0
 
@@ -93,6 +109,10 @@ class MetricsCollector:
         if is_warmup(req) or not self.in_window(now):
             return
         self.ttft.append(flight.first_token - req.arrival_s)
+        parts = self.ttft_parts_s
+        for name, v in zip(TTFT_PARTS, ttft_parts(flight), strict=True):
+            parts[name] += v
+        self.regret_s.append(flight.regret_s)
         if req.output_tokens > 0:
             self.e2e_s_per_token.append((now - req.arrival_s) / req.output_tokens)
         if req.output_tokens > 1:
@@ -156,6 +176,15 @@ class SimResult:
     tps_user_e2e_p90: float = float("nan")
     tps_user_itl_p50: float = float("nan")
     tps_user_itl_p90: float = float("nan")
+    # Issue 32: lockstep idle of each prefill instance (its rank pair for DEP2) and of each rank
+    # ("prefill-0/1"), over the instance's stepping time
+    prefill_idle_by_instance: dict[str, float] = field(default_factory=dict)
+    prefill_idle_by_rank: dict[str, float] = field(default_factory=dict)
+    ttft_breakdown_s: dict[str, float] = field(default_factory=dict)  # mean seconds of TTFT per part (TTFT_PARTS)
+    prefill_kv_transfer_frac: float = 0.0  # of the prefill instances' stepping time, waiting for pooled KV
+    regret_mean_s: float = 0.0  # routing regret per decision (rackserve/routing/regret.py)
+    regret_p90_s: float = 0.0
+    pool_scope: str = "rack"
 
     def to_dict(self, samples: bool = False) -> dict:
         out = asdict(self)

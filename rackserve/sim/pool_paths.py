@@ -4,8 +4,10 @@ uses a path at once.
 Each tier has two bottlenecks per direction: the rank's own port (its NVLink for spare HBM, its RDMA
 NIC for host DRAM) and the tier's aggregate (all lending GPUs' NVLink, all trays' NICs). Each is a
 FIFO fluid link: a transfer starts when the link is free and holds it for bytes / bandwidth; a
-transfer's finish is the later of its two links' finishes. O(1) per transfer; busy time per tier and
-direction is kept so the report can say which path saturates.
+transfer's finish is the later of its two links' finishes, plus the path's latency and the tier's
+per-transfer setup (config pool.*_transfer_setup_s: submit, completion and the pool's metadata round
+trip, which bandwidth does not hide). O(1) per transfer; busy time per tier and direction is kept so
+the report can say which path saturates.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Link:
 @dataclass
 class PoolPaths:
     paths: dict[str, PoolPath]
+    setup_s: dict[str, float] = field(default_factory=dict)  # per tier, per transfer
     _aggregate: dict[tuple[str, str], Link] = field(default_factory=dict)
     _ports: dict[tuple[RankId, str, str], Link] = field(default_factory=dict)
 
@@ -56,7 +59,7 @@ class PoolPaths:
         if port is None:
             port = self._ports[key] = Link(self.paths[tier].port_bw_bytes_per_s)
         done = max(port.take(now, bytes_), self._aggregate[(tier, direction)].take(now, bytes_))
-        return done + self.paths[tier].latency_s
+        return done + self.paths[tier].latency_s + self.setup_s.get(tier, 0.0)
 
     def utilization(self, span_s: float) -> dict[str, float]:
         """Busy fraction of each tier's aggregate link and of its busiest rank port, per direction."""

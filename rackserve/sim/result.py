@@ -14,6 +14,18 @@ def _idle(insts: list[Instance]) -> float:
     return sum(sum(i.rank_idle_s) for i in insts) / stepping if stepping else 0.0
 
 
+def _idle_by_instance(insts: list[Instance]) -> tuple[dict[str, float], dict[str, float]]:
+    """Lockstep idle per instance and per rank, each over the instance's stepping time."""
+    by_inst, by_rank = {}, {}
+    for inst in insts:
+        idle = inst.rank_idle_s
+        span = inst.stepping_s
+        by_inst[inst.name] = sum(idle) / (span * len(idle)) if span and idle else 0.0
+        for r, s in enumerate(idle):
+            by_rank[f"{inst.name}/{r}"] = s / span if span else 0.0
+    return by_inst, by_rank
+
+
 def _util(insts: list[Instance], span: float) -> float:
     return sum(i.stepping_s for i in insts) / (span * len(insts)) if insts else 0.0
 
@@ -25,6 +37,7 @@ def build_result(sim: Any, wall_s: float, cpu_s: float) -> SimResult:
     gpus = sim.scenario.gpus
     prompt = max(m.prompt_tokens_prefilled, 1)
     by_tier = {t: v / prompt for t, v in m.hit_tokens.items()}
+    idle_by_inst, idle_by_rank = _idle_by_instance(sim.prefill)
 
     return SimResult(
         scenario=sim.scenario.name, policy=sim.policy, gpus=gpus, arrivals=m.arrivals,
@@ -40,8 +53,14 @@ def build_result(sim: Any, wall_s: float, cpu_s: float) -> SimResult:
         prefill_util=_util(sim.prefill, span), decode_util=_util(sim.decode, span),
         pool_occupancy=sim.kv.pool_occupancy(), evictions=sim.kv.evictions(), preemptions=m.preemptions,
         events=sim._events, wall_s=wall_s, cpu_s=cpu_s, ttft_samples=list(m.ttft),
-        recomputed_tokens=dict(sim.kv.recomputed_tokens), pool_path_util=sim.kv.paths.utilization(span),
+        recomputed_tokens=dict(sim.kv.recomputed_tokens), pool_path_util=sim.kv.path_utilization(span),
         sizing=sim.sizing.to_dict(), warmup_requests=m.warmup_requests,
         tps_user_e2e_p50=slow_tail_speed(m.e2e_s_per_token, 50), tps_user_e2e_p90=slow_tail_speed(m.e2e_s_per_token, 90),
         tps_user_itl_p50=slow_tail_speed(m.tpot, 50), tps_user_itl_p90=slow_tail_speed(m.tpot, 90),
+        prefill_idle_by_instance=idle_by_inst, prefill_idle_by_rank=idle_by_rank,
+        ttft_breakdown_s={k: v / max(m.completed, 1) for k, v in m.ttft_parts_s.items()},
+        prefill_kv_transfer_frac=sim.prefill_kv_wait_s / max(sum(i.stepping_s for i in sim.prefill), 1e-12),
+        regret_mean_s=float(sum(m.regret_s) / len(m.regret_s)) if m.regret_s else 0.0,
+        regret_p90_s=pct(m.regret_s, 90) if m.regret_s else 0.0,
+        pool_scope=sim.scenario.config.pool.scope,
     )

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from rackserve.routing.index import PrefixIndex
-from rackserve.routing.policy import PolicySettings, make_policy
-from rackserve.routing.router import Router
+from rackserve.routing.policy import make_policy
+from rackserve.routing.regret import regret_s
+from rackserve.routing.router import Router, policy_settings
 from rackserve.routing.timing_cost import TimingCost
 from rackserve.routing.view import RankState, RequestView
 from rackserve.sched.decode_batch import DecodeClock
@@ -38,6 +39,7 @@ from rackserve.sim.kv import ClusterKV, pool_limits
 from rackserve.sim.live_view import LiveClusterView
 from rackserve.sim.metrics import Flight, MetricsCollector, SimResult
 from rackserve.sim.pool_paths import PoolPaths
+from rackserve.sim.pool_scope import scoped_pools
 from rackserve.sim.progress import TICK_EVERY, Progress, ProgressTick
 from rackserve.sim.result import build_result
 from rackserve.sim.scenario import Scenario
@@ -66,12 +68,16 @@ def router_cost(timing: Any, scenario: Scenario) -> TimingCost:
 
 
 def _wait_for_fetches(cost: StepCost, now: float, ready: float) -> StepCost:
-    """A step that includes a prompt whose pooled KV is still crossing lasts until it has arrived
-    at `ready` (layer-wise loading overlaps compute; the rest is waiting, charged as "pool_fetch_wait")."""
-    wait = ready - now - cost.total_s
+    """A step that includes a prompt whose pooled KV is still crossing starts computing when it has
+    arrived at `ready` (a KV connector's load completes before the prompt's compute: vLLM schedules
+    a request waiting for remote KV only once it is loaded); the wait is the step's "kv_transfer".
+    A prompt whose KV was prefetched while it queued (pool.prefetch_while_queued) waits for nothing."""
+    wait = ready - now
     if wait <= 0:
         return cost
-    return StepCost(cost.total_s + wait, {**cost.breakdown, "pool_fetch_wait": wait}, cost.rank_busy_s, cost.bound)
+    busy = tuple(b + wait for b in cost.rank_busy_s)
+    return StepCost(cost.total_s + wait, {**cost.breakdown, "kv_transfer": cost.breakdown.get("kv_transfer", 0.0) + wait},
+                    busy, cost.bound)
 
 
 def measured_window(scenario: Scenario) -> tuple[float, float | None]:
@@ -106,16 +112,13 @@ class Simulator(DecodeSide):
         self.decode = self._build("decode", cfg.deployment.decode)
         self.cost = router_cost(timing, scenario)  # the one price of queued work: the router's table
         # the simulator's caches and pool keep every chain prefix-closed: no orphan bookkeeping
-        self.router = Router(make_policy(policy, PolicySettings(cost=self.cost, seed=cfg.routing.seed)),
+        self.router = Router(make_policy(policy, policy_settings(cfg.routing, self.cost)),
                              PrefixIndex(closed_chains=True))
         sz = self.sizing
         block_bytes = int(sz.kv_bytes_per_token * self.target_block_tokens)
-        pool = pool_limits(int(sz.pool_hbm.capacity_bytes), int(sz.pool_dram.capacity_bytes),
-                           cfg.pool.high_watermark, cfg.pool.low_watermark)
         caches = {(inst.name, r): max(1, inst.cache_tokens // self.block_tokens)
                   for inst in self.prefill for r in range(len(inst.ranks))}
-        paths = PoolPaths({"pool_hbm": sz.pool_hbm, "pool_dram": sz.pool_dram})
-        self.kv = ClusterKV(caches, pool, self.target_block_tokens, block_bytes, self.router.index, paths)
+        self.kv = self._cluster_kv(caches, block_bytes)
         self._where = {inst.name: (i, "prefill") for i, inst in enumerate(self.prefill)}
         self._where.update({inst.name: (i, "decode") for i, inst in enumerate(self.decode)})
         self._view = LiveClusterView([self._state(key) for key in self._all_keys()])
@@ -123,6 +126,7 @@ class Simulator(DecodeSide):
         self._leaps: list[Leap | None] = [None] * len(self.decode)
         self._decode_waiting: list[set[int]] = [set() for _ in self.decode]  # ranks with waiting seqs
         self._events = 0
+        self.prefill_kv_wait_s = 0.0  # prefill steps' waits for pooled KV in the window (issue 32)
         # a source that holds its lanes until its warm-ups are done (TraceReplaySource warmup_first)
         # moves the measured window to start from that moment
         self._awaits_release = getattr(source, "released_at_s", 0.0) is None
@@ -154,6 +158,20 @@ class Simulator(DecodeSide):
                 out.append(Instance(name, group.layout, layout, group.gpus, ranks, cache_tokens=cache))
         return out
 
+    def _cluster_kv(self, caches: dict[tuple[str, int], int], block_bytes: int) -> ClusterKV:
+        """The rank caches and the pool(s) of pool.scope (sim/pool_scope.py), with their paths."""
+        cfg, sz = self.scenario.config, self.sizing
+        hw = getattr(self.timing, "hardware", None)
+        pools = scoped_pools(cfg.pool.scope, [(i.name, i.gpus) for i in self.prefill], self.scenario.gpus,
+                             sz.pool_hbm, sz.pool_dram, getattr(hw, "host_link_bw_bytes_per_s", None))
+        setup = {"pool_hbm": cfg.pool.hbm_transfer_setup_s, "pool_dram": cfg.pool.dram_transfer_setup_s}
+        scoped = [(p.instances, pool_limits(int(p.pool_hbm.capacity_bytes), int(p.pool_dram.capacity_bytes),
+                                            cfg.pool.high_watermark, cfg.pool.low_watermark),
+                   PoolPaths({"pool_hbm": p.pool_hbm, "pool_dram": p.pool_dram}, setup)) for p in pools]
+        rack = scoped[0]
+        return ClusterKV(caches, rack[1], self.target_block_tokens, block_bytes, self.router.index, rack[2],
+                         scoped=scoped if len(scoped) > 1 else None, event_lag_s=cfg.routing.event_lag_s)
+
     def _all_keys(self) -> list[tuple[str, int]]:
         return [(i.name, r) for i in (*self.prefill, *self.decode) for r in range(len(i.ranks))]
 
@@ -162,11 +180,12 @@ class Simulator(DecodeSide):
         inst = (self.prefill if role == "prefill" else self.decode)[idx]
         return RankState(key[0], key[1], inst.layout_name, role)  # type: ignore[arg-type]
 
-    def _update_prefill(self, key: tuple[str, int], tokens: int, work_s: float) -> None:
-        """A prefill rank's queue grew (or shrank) by `tokens` uncached tokens and `work_s` seconds."""
+    def _update_prefill(self, key: tuple[str, int], tokens: int, work_s: float, blocks: int = 0) -> None:
+        """A prefill rank's queue grew (or shrank) by `tokens` uncached tokens and `work_s` seconds,
+        its prompts in flight by `blocks` KV blocks (what Dynamo's cost calls their active blocks)."""
         old = self._view.state(key)
         self._view.replace(RankState(old.instance, old.dp_rank, old.layout, old.role, old.queued_tokens + tokens,
-                                     old.queued_work_s + work_s, old.active_decode_blocks, old.running_seqs))
+                                     old.queued_work_s + work_s, old.active_decode_blocks + blocks, old.running_seqs))
 
     def _update_decode(self, key: tuple[str, int], blocks: int, seqs: int) -> None:
         """A decode rank got (or lost) `seqs` sequences holding `blocks` KV blocks."""
@@ -247,11 +266,15 @@ class Simulator(DecodeSide):
         self._sent += 1
         keys = self._keys(req)
         view = RequestView(keys.keys, req.prompt_tokens, self.block_tokens, str(req.req_id))
+        self.kv.advance(now)  # the router sees what has committed (and been heard of) by now
         decision = self.router.route(view, self._view)  # type: ignore[arg-type]  # a ClusterView's interface
         p_idx, _ = self._where[decision.instance]
         d_idx, _ = self._where[decision.decode_instance]
         flight = Flight(req, (p_idx, decision.dp_rank), (d_idx, decision.decode_dp_rank), decision.predicted)
         flight.keys = keys
+        flight.regret_s = self._regret(view, decision.key)
+        if self.scenario.config.pool.prefetch_while_queued:
+            self._look_up(flight, decision.key, now)  # the rank fetches the pooled part while the prompt queues
         inst = self.prefill[p_idx]
         cached = decision.predicted.total
         flight.queued_work_s = self.cost.prefill_estimate_s(inst.layout_name, req.prompt_tokens - cached, cached)
@@ -262,7 +285,8 @@ class Simulator(DecodeSide):
 
     def _queue_load(self, flight: Flight, key: tuple[str, int], sign: int) -> None:
         req, cached = flight.request, flight.predicted.total
-        self._update_prefill(key, sign * (req.prompt_tokens - cached), sign * flight.queued_work_s)
+        self._update_prefill(key, sign * (req.prompt_tokens - cached), sign * flight.queued_work_s,
+                             sign * math.ceil(req.prompt_tokens / self.block_tokens))
         d_idx, d_rank = flight.decode
         self._update_decode((self.decode[d_idx].name, d_rank), sign * flight.decode_blocks, sign)
 
@@ -286,14 +310,33 @@ class Simulator(DecodeSide):
         key = (name, rank)
 
         def start(seq: SeqState) -> None:
-            # The rank looks the prefix up when it first schedules the prompt (own HBM, committed pool
-            # blocks) and fetches the pooled part over the pool's paths; the step waits for it.
+            # The rank looks the prefix up when it queues the prompt (prefetch) or else when it first
+            # schedules it (own HBM, committed pool blocks), and fetches the pooled part over the
+            # pool's paths; the step waits for what has not arrived.
             flight: Flight = seq.payload
-            hit, ready = self.kv.delivered_hit(key, flight.keys, flight.request.prompt_tokens, self.now)
-            flight.delivered, flight.prefill_start, flight.fetch_ready = hit, self.now, ready
-            seq.computed_tokens = hit.total
+            req = flight.request
+            if flight.fetch_ready < 0 or (self.kv.held_tokens(key, flight.keys, req.prompt_tokens, self.now)
+                                          > flight.delivered.total):  # found more since the prefetch
+                self._look_up(flight, key, self.now)
+            flight.prefill_start = self.now
+            seq.computed_tokens = flight.delivered.total
 
         return start
+
+    def _look_up(self, flight: Flight, key: tuple[str, int], now: float) -> None:
+        hit, ready = self.kv.delivered_hit(key, flight.keys, flight.request.prompt_tokens, now)
+        flight.delivered, flight.fetch_ready = hit, ready
+
+    def _regret(self, view: RequestView, chosen: tuple[str, int]) -> float:
+        """Routing regret of a decision: least-uncached-work's estimate of when the prompt finishes
+        prefill on the chosen rank less that on the best rank, both with the caches as they truly
+        are (no event lag) and the ranks' queued work (rackserve/routing/regret.py)."""
+        self.kv.truth(True)
+        try:
+            match = self.router.match(view)
+        finally:
+            self.kv.truth(False)
+        return regret_s(self.cost, view, self._view.prefill_ranks(), match, chosen)
 
     def _start_prefill_step(self, now: float, idx: int) -> list[Event]:
         inst = self.prefill[idx]
@@ -311,6 +354,8 @@ class Simulator(DecodeSide):
             for s in plan.seqs:
                 ready = max(ready, sched.seq(s.req_id).payload.fetch_ready)
         cost = _wait_for_fetches(cost, now, ready)
+        if self._windowed:
+            self.prefill_kv_wait_s += max(0.0, ready - now)
         inst.account(cost, 1)
         inst.busy, inst.plans = True, plans
         return [PrefillStepEnd(now + cost.total_s, idx)]
@@ -326,7 +371,8 @@ class Simulator(DecodeSide):
     def _prefilled(self, now: float, key: tuple[str, int], flight: Flight) -> Event:
         req = flight.request
         self.kv.store(key, flight.keys, flight.delivered.total, now)
-        self._update_prefill(key, -(req.prompt_tokens - flight.predicted.total), -flight.queued_work_s)
+        self._update_prefill(key, -(req.prompt_tokens - flight.predicted.total), -flight.queued_work_s,
+                             -math.ceil(req.prompt_tokens / self.block_tokens))
         flight.prefill_end = now
         self.metrics.on_prefilled(flight, now)
         return KVArrive(now + self.timing.pd_transfer_s(req.prompt_tokens), flight)

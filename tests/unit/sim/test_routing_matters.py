@@ -33,7 +33,8 @@ def runs():
 def test_least_uncached_work_keeps_turns_on_the_rank_that_holds_them(runs):
     luw, rr = runs[("least-uncached-work", None)], runs[("round-robin", None)]
     assert luw.completed > 50 and rr.completed > 50
-    assert luw.hit_rate_by_tier["rank_hbm"] > 0.9 > 0.7 > rr.hit_rate_by_tier["rank_hbm"]
+    # (lockstep balance moves some turns to the idle sibling, which reads them from the pool)
+    assert luw.hit_rate_by_tier["rank_hbm"] > 0.85 > 0.7 > rr.hit_rate_by_tier["rank_hbm"]
     assert rr.hit_rate_by_tier["pool_hbm"] > luw.hit_rate_by_tier["pool_hbm"]  # the pool catches RR's misses
 
 

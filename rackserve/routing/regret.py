@@ -1,0 +1,43 @@
+"""Routing regret: what a decision cost against the best target in hindsight, in seconds.
+
+A target's cost is least-uncached-work's estimate of when the prompt would finish prefill there
+(queued work + compute for what it would not find + pool transfers), priced with the prefix it
+really holds (hindsight: the simulator's caches without event lag; the live router's delivered
+hit for the chosen rank). Regret = chosen's cost - the cheapest target's, never below 0. Zero for
+least-uncached-work with a fresh index and no lockstep term; positive for a stale view or a policy
+that prices something else (round-robin, dynamo-kv's blocks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rackserve.routing.cost import CostModel
+from rackserve.routing.match import PrefixMatch
+from rackserve.routing.policies.least_uncached import uncached_work_s
+from rackserve.routing.view import PrefixHit, RankId, RankState, RequestView
+
+
+def target_cost_s(cost: CostModel, rank: RankState, hit: tuple[int, int, int], prompt_tokens: int) -> float:
+    """Seconds until the prompt would finish prefill on `rank` finding `hit` (rank HBM, pool HBM,
+    pool DRAM tokens)."""
+    return rank.queued_work_s + uncached_work_s(cost, rank.layout, hit, prompt_tokens)
+
+
+def regret_s(cost: CostModel, request: RequestView, ranks: Iterable[RankState], match: PrefixMatch,
+             chosen: RankId, chosen_hit: PrefixHit | None = None) -> float:
+    """Regret of sending `request` to `chosen` among `ranks` (healthy prefill ranks) given the
+    hindsight `match`; `chosen_hit` replaces the chosen rank's hit by what it delivered."""
+    best = float("inf")
+    mine = None
+    for rank in ranks:
+        hit = match.tokens(match.hbm_blocks(rank.key), rank.instance)
+        if rank.key == chosen and chosen_hit is not None:
+            hit = (chosen_hit.rank_hbm, chosen_hit.pool_hbm, chosen_hit.pool_dram)
+        c = target_cost_s(cost, rank, hit, request.prompt_tokens)
+        best = min(best, c)
+        if rank.key == chosen:
+            mine = c
+    if mine is None:
+        return 0.0
+    return max(0.0, mine - best)
