@@ -14,6 +14,7 @@ from rackserve.sim.report import plot_throughput_vs_speed, plot_ttft_cdf, summar
 from rackserve.sim.run import run_policies
 
 run_app = typer.Typer(add_completion=False)
+INVALID_EXIT = 3  # `rackserve sim`: a run failed AgentX's validity checks (rackserve/sim/validity.py)
 
 
 def progress_bar(bar: Progress, name: str):
@@ -46,8 +47,11 @@ def simulate(
     out: Annotated[Path, typer.Option(help="folder for JSON and plots")] = Path("out/sim"),
     concurrency: Annotated[int | None, typer.Option(help="override the closed-loop concurrency")] = None,
     duration: Annotated[float | None, typer.Option(help="override the workload's duration_s")] = None,
+    allow_invalid: Annotated[bool, typer.Option(
+        help="exit 0 even when a run fails AgentX's validity checks (overflow > 1%, coverage < 95%)")] = False,
 ) -> None:
-    """Simulate SCENARIO once per policy on the same arrivals; print a summary, write JSON + plots."""
+    """Simulate SCENARIO once per policy on the same arrivals; print a summary, write JSON + plots.
+    Exits 3 when a run is invalid by AgentX's rules, unless --allow-invalid."""
     sc = load_with_overrides(scenario, trace, concurrency, duration)
     policies = csv_list(policy) if policy else [sc.config.routing.policy]
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -62,6 +66,11 @@ def simulate(
     plot_ttft_cdf(results, out / f"{sc.name}-ttft-cdf.png")
     plot_throughput_vs_speed(results, out / f"{sc.name}-throughput-vs-speed.png")
     console.print(f"wrote {out}/{sc.name}.json and plots")
+    invalid = [r for r in results if not r.valid]
+    for r in invalid:
+        console.print(f"[red]invalid run ({r.policy}): {'; '.join(r.invalid_reasons)}[/red]")
+    if invalid and not allow_invalid:
+        raise typer.Exit(code=INVALID_EXIT)
 
 
 SIM_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}

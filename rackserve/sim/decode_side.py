@@ -15,6 +15,7 @@ import numpy as np
 from rackserve.kv.block_cache import BlockCache
 from rackserve.sched.kv_ledger import KVLedger, SyntheticIdentity
 from rackserve.sched.seq_state import SeqState
+from rackserve.sim.decode_load import DecodeLoad
 from rackserve.sim.events import DecodeLeapEnd, Event
 from rackserve.sim.instances import Leap
 from rackserve.sim.metrics import Flight
@@ -261,10 +262,35 @@ class DecodeSide:
         batch = StepBatch(tuple(_decode_rank_batch(n, ctx, extra) for n, ctx in loads))
         return self.timing.decode_token_time(inst.layout, batch)
 
+    def decode_load(self) -> DecodeLoad:
+        """The decode ranks' batch snapshots of the measured window (rackserve/sim/decode_load.py)."""
+        load = self.__dict__.get("_decode_load")
+        if load is None:
+            load = self.__dict__["_decode_load"] = DecodeLoad()
+        return load
+
+    def _sample_decode_load(self, now: float) -> None:
+        """A snapshot of every decode rank's running sequences (at most one per sampling interval)."""
+        load = self.decode_load()
+        if not self._windowed or not load.due(now):
+            return
+        counts: list[int] = []
+        context = 0
+        for i, inst in enumerate(self.decode):
+            if self._bounded(i):
+                counts += [len(sched.running) for sched in inst.ranks]
+                context += sum(seq.computed_tokens for sched in inst.ranks for seq in sched.running)
+            else:
+                clock = inst.ranks[0].decoding.clock
+                counts += clock.counts
+                context += clock.context_tokens
+        load.record(now, counts, context)
+
     def on_decode_leap_end(self, now: float, idx: int, version: int) -> list[Event]:
         leap = self._leaps[idx]
         if leap is None or version != self._versions[idx]:
             return []  # superseded by a shorter leap
+        self._sample_decode_load(now)  # the batch the leap ran
         inst = self.decode[idx]
         if leap.head is not None:
             self._end_head(idx, leap)

@@ -2,7 +2,8 @@
 
 Measured like AgentX: warm-up requests (Request.warmup) never count, and with a measured window
 (start, length) only requests that finish inside it count, over the window's length; without one,
-over the run's span. Throughput per GPU counts cached + uncached input and output tokens.
+over the run's span. That is the one window rule (AgentX counts the successful requests of its
+profiling window); only `arrivals`, a load figure, counts the requests that arrive inside it. Throughput per GPU counts cached + uncached input and output tokens.
 
 Interactivity, as the AgentX harness defines it (SemiAnalysisAI/agentx-harness
 utils/agentic/aggregation/request_metrics.py; InferenceX MODELS.md), per finished request:
@@ -159,7 +160,9 @@ class SimResult:
     prefill_idle_frac: float  # lockstep idle / stepping time, prefill ranks
     decode_idle_frac: float
     prefill_util: float  # stepping time / span, prefill instances
-    decode_util: float
+    # stepping time / span, decode instances: NOT load (a lockstep instance steps back to back at any
+    # batch); decode_load says how loaded decode is (issue 31: was decode_util)
+    decode_stepping_share: float
     pool_occupancy: dict[str, float]
     evictions: dict[str, int]
     events: int
@@ -185,6 +188,14 @@ class SimResult:
     regret_mean_s: float = 0.0  # routing regret per decision (rackserve/routing/regret.py)
     regret_p90_s: float = 0.0
     pool_scope: str = "rack"
+    # Issue 31: decode load (rackserve/sim/decode_load.py: sequences per rank mean/P90/max, decode
+    # tok/s/GPU against the modelled capacity at that batch, what bounds each role) and AgentX validity
+    # (rackserve/sim/validity.py); figures count the requests that finish inside the measured window
+    decode_load: dict = field(default_factory=dict)
+    valid: bool = True
+    invalid_reasons: list[str] = field(default_factory=list)
+    overflow_share: float = 0.0
+    metric_coverage: float = 1.0
 
     def to_dict(self, samples: bool = False) -> dict:
         out = asdict(self)

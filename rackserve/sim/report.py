@@ -28,13 +28,23 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("prefix hit rate (predicted)", "{r.hit_rate:.1%} ({r.predicted_hit_rate:.1%})"),
     ("  rank HBM | pool HBM | pool DRAM", "{h[rank_hbm]:.1%} | {h[pool_hbm]:.1%} | {h[pool_dram]:.1%}"),
     ("rank idle in steps: prefill | decode", "{r.prefill_idle_frac:.1%} | {r.decode_idle_frac:.1%}"),
-    ("busy: prefill | decode", "{r.prefill_util:.1%} | {r.decode_util:.1%}"),
+    ("prefill busy (stepping share of the window)", "{r.prefill_util:.1%}"),
+    ("decode seqs/rank mean | P90 | max (cap)", "{dl[seqs_per_rank_mean]:.1f} | {dl[seqs_per_rank_p90]:.0f} | "
+     "{dl[seqs_per_rank_max]} ({dl[max_num_seqs]})"),
+    ("decode tok/s/GPU | capacity at that batch", "{dl[tok_s_per_gpu]:,.0f} | {dl[capacity_tok_s_per_gpu_at_batch]:,.0f}"),
+    ("bound: prefill", "{dl[bound][prefill]}"),
+    ("bound: decode", "{dl[bound][decode]}"),
+    ("valid (AgentX: overflow <= 1%, coverage >= 95%)", "{valid}"),
     ("pool occupancy HBM | DRAM", "{r.pool_occupancy[pool_hbm]:.1%} | {r.pool_occupancy[pool_dram]:.1%}"),
     ("evictions rank | pool HBM | pool DRAM", "{e[rank_hbm]} | {e[pool_hbm]} | {e[pool_dram]}"),
     ("recomputed tok: rank | pHBM | pDRAM | in flight", "{rc[rank_hbm]:,} | {rc[pool_hbm]:,} | {rc[pool_dram]:,} | {rc[in_flight]:,}"),
     ("pool path busy: HBM rd | DRAM rd (busiest port)", "{pu[hbm]:.1%} | {pu[dram]:.1%}"),
     ("simulated span (s) | wall (s)", "{r.span_s:,.1f} | {r.wall_s:,.2f}"),
 )
+
+
+_NO_LOAD = {"seqs_per_rank_mean": 0.0, "seqs_per_rank_p90": 0.0, "seqs_per_rank_max": 0, "max_num_seqs": 0,
+            "tok_s_per_gpu": 0.0, "capacity_tok_s_per_gpu_at_batch": 0.0, "bound": {"prefill": "", "decode": ""}}
 
 
 def summary_table(results: Sequence[SimResult]) -> Table:
@@ -50,7 +60,10 @@ def summary_table(results: Sequence[SimResult]) -> Table:
             rc = {"rank_hbm": 0, "pool_hbm": 0, "pool_dram": 0, "in_flight": 0, **r.recomputed_tokens}
             pu = {"hbm": r.pool_path_util.get("pool_hbm_read_busiest_port", 0.0),
                   "dram": r.pool_path_util.get("pool_dram_read_busiest_port", 0.0)}
-            cells.append(fmt.format(r=r, ms=ms, tp=tp, h=r.hit_rate_by_tier, e=r.evictions, rc=rc, pu=pu))
+            dl = r.decode_load or _NO_LOAD
+            valid = "yes" if r.valid else "NO: " + "; ".join(r.invalid_reasons)
+            cells.append(fmt.format(r=r, ms=ms, tp=tp, h=r.hit_rate_by_tier, e=r.evictions, rc=rc, pu=pu, dl=dl,
+                                    valid=valid))
         table.add_row(label, *cells)
     return table
 

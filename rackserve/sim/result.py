@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rackserve.sim.decode_load import decode_load_report
 from rackserve.sim.instances import Instance
 from rackserve.sim.metrics import SimResult, pct, slow_tail_speed
+from rackserve.sim.validity import run_validity
 
 
 def _idle(insts: list[Instance]) -> float:
@@ -38,6 +40,10 @@ def build_result(sim: Any, wall_s: float, cpu_s: float) -> SimResult:
     prompt = max(m.prompt_tokens_prefilled, 1)
     by_tier = {t: v / prompt for t, v in m.hit_tokens.items()}
     idle_by_inst, idle_by_rank = _idle_by_instance(sim.prefill)
+    prefill_share = _util(sim.prefill, span)
+    decode_load = decode_load_report(sim.decode_load(), sim.timing, sim.decode, sim.sizing.decode_max_seqs[0],
+                                     m.output_tokens, span, prefill_share)
+    validity = run_validity(sim.source, m.completed, m.rejected, sim._sent - sim._done)
 
     return SimResult(
         scenario=sim.scenario.name, policy=sim.policy, gpus=gpus, arrivals=m.arrivals,
@@ -50,7 +56,7 @@ def build_result(sim: Any, wall_s: float, cpu_s: float) -> SimResult:
         hit_rate=sum(by_tier.values()), hit_rate_by_tier=by_tier,
         predicted_hit_rate=m.predicted_hit_tokens / prompt,
         prefill_idle_frac=_idle(sim.prefill), decode_idle_frac=_idle(sim.decode),
-        prefill_util=_util(sim.prefill, span), decode_util=_util(sim.decode, span),
+        prefill_util=prefill_share, decode_stepping_share=_util(sim.decode, span),
         pool_occupancy=sim.kv.pool_occupancy(), evictions=sim.kv.evictions(), preemptions=m.preemptions,
         events=sim._events, wall_s=wall_s, cpu_s=cpu_s, ttft_samples=list(m.ttft),
         recomputed_tokens=dict(sim.kv.recomputed_tokens), pool_path_util=sim.kv.path_utilization(span),
@@ -63,4 +69,6 @@ def build_result(sim: Any, wall_s: float, cpu_s: float) -> SimResult:
         regret_mean_s=float(sum(m.regret_s) / len(m.regret_s)) if m.regret_s else 0.0,
         regret_p90_s=pct(m.regret_s, 90) if m.regret_s else 0.0,
         pool_scope=sim.scenario.config.pool.scope,
+        decode_load=decode_load, valid=validity.valid, invalid_reasons=validity.reasons,
+        overflow_share=validity.overflow_share, metric_coverage=validity.metric_coverage,
     )

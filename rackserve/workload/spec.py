@@ -81,7 +81,8 @@ class AgentXTraceWorkload(_Spec):
         "duration_s and the measured window then count from that moment (TraceReplaySource.released_at_s)")
     length_scale: float = Field(1.0, gt=0, le=1, description="scale every length (a small live model)")
     duration_s: float = Field(960.0, gt=0, description="no request is sent at or after this simulated time")
-    measure_start_s: float = Field(60.0, ge=0, description="measured window start (warm-ups never count)")
+    measure_start_s: float = Field(
+        60.0, ge=0, description="measured window start: requests finishing from here count (warm-ups never)")
     measure_s: float | None = Field(None, gt=0, description="measured window length (None: to duration_s)")
 
     @model_validator(mode="after")
@@ -94,7 +95,9 @@ class AgentXTraceWorkload(_Spec):
 
     @property
     def measure_window(self) -> tuple[float, float]:
-        """(start, end) in simulated seconds of the requests the figures count (by arrival)."""
+        """(start, end) in simulated seconds of the measured window. One rule (rackserve.sim.metrics):
+        the figures count the requests that finish successfully inside it, as AgentX counts the
+        successful requests of its profiling window; warm-ups never count."""
         start = min(self.measure_start_s, self.duration_s)  # a --duration override may cut it
         end = self.duration_s if self.measure_s is None else start + self.measure_s
         return start, min(end, self.duration_s)
