@@ -26,22 +26,26 @@ class DecodeLoad:
     totals, or the bounded schedulers' running lists), at most one per SAMPLE_EVERY_S."""
 
     next_s: float = 0.0
+    admission_waits: int = 0  # decode batch starts at which some rank still had sequences waiting (KV or cap)
     seqs: list[np.ndarray] = field(default_factory=list)  # per snapshot: sequences per rank, all instances
+    held: list[np.ndarray] = field(default_factory=list)  # per snapshot: KV tokens held per rank
     context: list[float] = field(default_factory=list)  # per snapshot: mean context tokens per sequence
 
     def due(self, now: float) -> bool:
         return now >= self.next_s
 
-    def record(self, now: float, counts: list[int], context_tokens: int) -> None:
+    def record(self, now: float, counts: list[int], held_tokens: list[int]) -> None:
         self.next_s = now + SAMPLE_EVERY_S
         self.seqs.append(np.asarray(counts, dtype=np.int64))
+        self.held.append(np.asarray(held_tokens, dtype=np.int64))
         total = sum(counts)
-        self.context.append(context_tokens / total if total else 0.0)
+        self.context.append(sum(held_tokens) / total if total else 0.0)
 
 
 def decode_load_report(load: DecodeLoad, timing: Any, decode: list, max_num_seqs: int, output_tokens: int,
-                       span_s: float, prefill_share: float) -> dict:
-    """The decode load figures of a run (`decode`: the simulator's decode instances)."""
+                       span_s: float, prefill_share: float, kept_tokens: int | None = None) -> dict:
+    """The decode load figures of a run (`decode`: the simulator's decode instances; `kept_tokens`:
+    the KV budget a decode rank admits against, sizing's decode_kv_tokens)."""
     gpus = sum(inst.gpus for inst in decode)
     counts = np.concatenate(load.seqs) if load.seqs else np.zeros(1, dtype=np.int64)
     mean, p90, top = float(counts.mean()), float(np.percentile(counts, 90)), int(counts.max())
@@ -51,7 +55,10 @@ def decode_load_report(load: DecodeLoad, timing: Any, decode: list, max_num_seqs
     at = [_capacity_per_gpu(timing, decode, n, int(ctx), gpus) for n in (lo, lo + 1)]
     capacity = at[0] + (at[1] - at[0]) * max(0.0, mean - lo)  # between the two whole batches around the mean
     use = rate / capacity if capacity > 0 else 0.0
+    held = np.concatenate(load.held) if load.held else np.zeros(1, dtype=np.int64)
     return {
+        "kv_held_tokens_per_rank_p99": float(np.percentile(held, 99)), "kv_held_tokens_per_rank_max": int(held.max()),
+        "kv_kept_tokens_per_rank": kept_tokens, "admission_waits": load.admission_waits,
         "seqs_per_rank_mean": mean, "seqs_per_rank_p90": p90, "seqs_per_rank_max": top,
         "max_num_seqs": max_num_seqs, "context_mean_tokens": ctx,
         "tok_s_per_gpu": rate, "capacity_tok_s_per_gpu_at_batch": capacity, "capacity_use": use,

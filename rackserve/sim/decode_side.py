@@ -47,16 +47,29 @@ def _drop_event(_: object) -> None:
 class DecodeSide:
     """Decode-side handlers and helpers of the Simulator (see the module docstring)."""
 
-    def _decode_kv_override(self) -> int | None:
-        """sim.decode_kv_tokens_per_rank when the scenario sets it: decode ranks then count blocks
-        and preempt; otherwise (derived capacity) they reserve each request's whole output."""
+    def _decode_kv_override(self, group: int = 0) -> int | None:
+        """KV tokens per rank of decode group `group` when its ranks count blocks (vLLM's paged
+        admission: a sequence joins while free blocks hold its context, running out preempts the
+        newest): sim.decode_kv_tokens_per_rank when the scenario sets it, the derived budget with
+        sim.decode_paged; otherwise None: the lazy batch admits by KV tokens too, but reserves each
+        request's whole output up front (so it never preempts)."""
         sim = self.scenario.sim
-        return sim.decode_kv_tokens_per_rank if "decode_kv_tokens_per_rank" in sim.model_fields_set else None
+        if "decode_kv_tokens_per_rank" in sim.model_fields_set:
+            return sim.decode_kv_tokens_per_rank
+        return self.sizing.decode_kv_tokens[group] if sim.decode_paged else None
 
-    def _decode_ledger(self) -> KVLedger | None:
+    def _decode_group(self, idx: int) -> int:
+        """The deployment's decode group of decode instance `idx` (instances are built group by group)."""
+        for g, group in enumerate(self.scenario.config.deployment.decode):
+            if idx < group.count:
+                return g
+            idx -= group.count
+        raise AssertionError("decode instance beyond the deployment's groups")
+
+    def _decode_ledger(self, group: int = 0) -> KVLedger | None:
         """A decode rank's KV blocks (target block size) when its capacity is bounded: running out
         preempts (recompute) instead of reserving every output up front."""
-        tokens = self._decode_kv_override()
+        tokens = self._decode_kv_override(group)
         if tokens is None:
             return None
         bs = self.target_block_tokens
@@ -74,7 +87,7 @@ class DecodeSide:
         handed = req.prompt_tokens - self._tail(req) if self._bounded(d_idx) else req.prompt_tokens
         seq = SeqState(req.req_id, req.prompt_tokens + 1, self._decode_steps(req), computed_tokens=handed,
                        payload=flight)
-        if not self._fits_decode_kv(req) or not self.decode[d_idx].ranks[rank].admit(seq):
+        if not self._fits_decode_kv(req, d_idx) or not self.decode[d_idx].ranks[rank].admit(seq):
             self.metrics.rejected += 1
             self._release_decode(flight)
             return self._followups(req, now)
@@ -98,9 +111,9 @@ class DecodeSide:
         """Prompt tokens past its last full block: KV the hand-off does not move."""
         return req.prompt_tokens % self.target_block_tokens
 
-    def _fits_decode_kv(self, req: Request) -> bool:
+    def _fits_decode_kv(self, req: Request, idx: int) -> bool:
         """A request whose whole context cannot fit a decode rank's KV alone would never finish."""
-        cap = self._decode_kv_override()
+        cap = self._decode_kv_override(self._decode_group(idx))
         return cap is None or req.prompt_tokens + req.output_tokens <= cap
 
     def _kick_decode(self, now: float, idx: int) -> list[Event]:
@@ -195,6 +208,8 @@ class DecodeSide:
                 joined.extend(sched.promote_decode())
                 if not sched.waiting:
                     waiting.discard(r)
+            if waiting and self._windowed:  # admission waits: the KV budget (or max_num_seqs) is full
+                self.decode_load().admission_waits += 1
         clock = inst.ranks[0].decoding.clock
         if not clock.seqs:
             inst.busy, self._leaps[idx] = False, None
@@ -275,16 +290,15 @@ class DecodeSide:
         if not self._windowed or not load.due(now):
             return
         counts: list[int] = []
-        context = 0
+        held: list[int] = []
         for i, inst in enumerate(self.decode):
             if self._bounded(i):
                 counts += [len(sched.running) for sched in inst.ranks]
-                context += sum(seq.computed_tokens for sched in inst.ranks for seq in sched.running)
+                held += [sum(seq.computed_tokens for seq in sched.running) for sched in inst.ranks]
             else:
-                clock = inst.ranks[0].decoding.clock
-                counts += clock.counts
-                context += clock.context_tokens
-        load.record(now, counts, context)
+                counts += inst.ranks[0].decoding.clock.counts
+                held += [sched.decoding.context_tokens for sched in inst.ranks]
+        load.record(now, counts, held)
 
     def on_decode_leap_end(self, now: float, idx: int, version: int) -> list[Event]:
         leap = self._leaps[idx]

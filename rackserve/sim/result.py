@@ -42,7 +42,7 @@ def build_result(sim: Any, wall_s: float, cpu_s: float) -> SimResult:
     idle_by_inst, idle_by_rank = _idle_by_instance(sim.prefill)
     prefill_share = _util(sim.prefill, span)
     decode_load = decode_load_report(sim.decode_load(), sim.timing, sim.decode, sim.sizing.decode_max_seqs[0],
-                                     m.output_tokens, span, prefill_share)
+                                     m.output_tokens, span, prefill_share, sim.sizing.decode_kv_tokens[0])
     validity = run_validity(sim.source, m.completed, m.rejected, sim._sent - sim._done)
 
     return SimResult(

@@ -42,6 +42,10 @@ class SimSettings(BaseModel):
     decode_kv_tokens_per_rank: int | None = Field(
         None, gt=0, description="OVERRIDE of the decode rank's KV budget; when set, decode ranks count blocks and "
         "preempt the newest sequence (recompute) when full, instead of reserving each request's whole output")
+    decode_paged: bool = Field(
+        False, description="decode ranks count KV blocks of the derived budget and preempt when they run out "
+        "(vLLM's paged admission, step by step); off: the lazy batch admits by the same KV budget but "
+        "reserves each request's whole output (faster, never preempts)")
     decode_max_num_batched_tokens: int = Field(
         8192, gt=0, description="decode rank token budget per step (vLLM default; bounds resumed recompute)")
     kv_block_multiple: int = Field(

@@ -148,11 +148,10 @@ class Simulator(DecodeSide):
                     ranks = [RankScheduler(limits, self._on_prefill_start(name, r)) for r in range(group.dp_ranks)]
                     cache = sz.prefill_cache_tokens[g]
                 else:
-                    ledger = self._decode_ledger
                     limits = SchedulerLimits(sim.decode_max_num_batched_tokens, sz.decode_max_seqs[g], sim.max_queue_per_rank,
-                                             reserve_kv_tokens=None if self._decode_kv_override() else sz.decode_kv_tokens[g])
+                                             reserve_kv_tokens=None if self._decode_kv_override(g) else sz.decode_kv_tokens[g])
                     clock = DecodeClock(group.dp_ranks)  # the lazy path's lockstep ranks step together
-                    ranks = [RankScheduler(limits, kv=ledger(), decode_clock=clock, rank=r)
+                    ranks = [RankScheduler(limits, kv=self._decode_ledger(g), decode_clock=clock, rank=r)
                              for r in range(group.dp_ranks)]
                     cache = 0
                 out.append(Instance(name, group.layout, layout, group.gpus, ranks, cache_tokens=cache))

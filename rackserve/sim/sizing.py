@@ -1,10 +1,15 @@
 """The simulator's sizes of a scenario: per-rank cache and batch limits and the pool's tiers, derived
 from the specs by rackserve.timing.capacity; a `sim.*` or `pool.*` capacity field that the scenario
 sets explicitly overrides the derived value (and the report says so).
+
+Decode ranks keep the KV their workload holds at its P99 and lend the rest to the pool
+(decode_held_estimate): lanes per decode rank x the workload's context per request, summed as
+independent requests (normal approximation of the sum: mean n m + 2.33 sqrt(n) s).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from rackserve.timing.capacity import (
@@ -15,6 +20,14 @@ from rackserve.timing.capacity import (
     layouts_of,
 )
 from rackserve.timing.spec import load_hardware, load_model
+from rackserve.workload.spec import AgentXTraceWorkload, AgentXWorkload, UniformWorkload
+
+Z_P99 = 2.326  # standard normal 99th percentile
+# The shipped AgentX capture (data/agentx/README.md "Figures"): input tokens per request mean 117.2k,
+# p10 41.5k, p90 200.1k (sd ~ (p90 - p10) / 2.563 for a normal: 61.9k); output mean 443. Used for
+# any conversation trace (an approximation for other captures).
+TRACE_CONTEXT_MEAN = 117_200 + 443
+TRACE_CONTEXT_SD = (200_100 - 41_500) / 2.563
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,38 @@ def prefill_chunk_tokens(sim) -> int:
     return Limits().max_num_batched_tokens
 
 
+def workload_context(workload) -> tuple[float, float, float] | None:
+    """(mean, sd, max) of one request's decode context (prompt + output) by the workload's kind, or
+    None when it is not a closed loop of lanes (an open-loop trace: the worst case is kept)."""
+    if isinstance(workload, UniformWorkload):
+        n = workload.prompt_tokens + workload.output_tokens
+        return float(n), 0.0, float(n)
+    if isinstance(workload, AgentXTraceWorkload):
+        scale = workload.length_scale
+        return TRACE_CONTEXT_MEAN * scale, TRACE_CONTEXT_SD * scale, float(workload.max_context)
+    if isinstance(workload, AgentXWorkload):  # a session's context grows turn by turn: its middle turn
+        w = workload
+        fixed = w.system_prompt_tokens + w.tool_defs_tokens + w.first_user_tokens
+        per_turn = (w.tool_output_tokens_min + w.tool_output_tokens_max) / 2 + w.output_tokens
+        top = fixed + w.turns_max * per_turn
+        mean = fixed + (w.turns_min + w.turns_max) / 4 * per_turn
+        return mean, (top - fixed) / 4, top
+    return None
+
+
+def decode_held_estimate(workload, decode_ranks: int, max_num_seqs: int) -> tuple[int, int] | None:
+    """(sequences, KV tokens) a decode rank holds at the P99 of the workload: every lane's request in
+    decode at once, lanes spread evenly over the decode ranks (an upper bound on the batch), their
+    contexts independent draws from the workload's; None when the workload has no lanes."""
+    stats = workload_context(workload)
+    lanes = getattr(workload, "concurrency", None)
+    if stats is None or not lanes:
+        return None
+    mean, sd, top = stats
+    n = min(max_num_seqs, math.ceil(lanes / decode_ranks))
+    return n, int(min(n * mean + Z_P99 * math.sqrt(n) * sd, n * top))
+
+
 def size_scenario(scenario) -> Sizing:
     """Derive the scenario's sizes; ValueError when the deployment does not fit its GPUs."""
     cfg, sim = scenario.config, scenario.sim
@@ -56,6 +101,10 @@ def size_scenario(scenario) -> Sizing:
                                                       "gpu_memory_utilization", "decode_context_tokens")
                        if getattr(sim, k) is not None})
     model, hw = load_model(cfg.timing.model), load_hardware(cfg.timing.hardware)
+    decode_ranks = sum(g.count * g.dp_ranks for g in cfg.deployment.decode)
+    held = decode_held_estimate(scenario.workload, max(decode_ranks, 1), limits.max_num_seqs)
+    if held is not None:
+        limits = replace(limits, decode_held_seqs=held[0], decode_held_tokens=held[1])
     cap = derive_capacity(model, hw, layouts_of(cfg.deployment.prefill), layouts_of(cfg.deployment.decode), limits,
                           cfg.timing.engram_placement)
     overrides = [f"sim.{k}" for k in ("rank_cache_tokens", "decode_kv_tokens_per_rank", "prefill_chunk_tokens",

@@ -3,9 +3,11 @@ the rack pool's two tiers (spare HBM, host DRAM) with their paths' bandwidth, an
 
 Per GPU: KV bytes = HBM - weights - Engram shard - workspace, where workspace is what vLLM keeps out of
 the KV cache (1 - gpu_memory_utilization of HBM, plus the activations of one max_num_batched_tokens step).
-Prefill ranks spend their KV bytes on their own prefix cache; decode ranks keep a budget of
-`max_num_seqs` sequences of `decode_context_tokens` (plus each sequence's sliding-window buffer) and lend
-the rest to the pool's spare-HBM tier. The DRAM tier is the host DRAM of every tray the deployment
+Prefill ranks spend their KV bytes on their own prefix cache; decode ranks keep the KV the workload holds
+(its P99 per rank, estimated from the workload by rackserve.sim.sizing; without an estimate, the old
+worst case of `max_num_seqs` slots of `decode_context_tokens`), admit against it by KV tokens (vLLM
+admits by free KV blocks; `max_num_seqs` stays a cap, not a reservation), and lend the rest to the
+pool's spare-HBM tier. The DRAM tier is the host DRAM of every tray the deployment
 occupies, less a host reserve. A deployment whose weights and workspace do not fit raises ValueError
 saying which rank, by how many bytes.
 """
@@ -58,14 +60,23 @@ class RankCapacity:
     max_num_seqs: int
     max_num_batched_tokens: int
     lent_bytes: float  # per GPU, given to the pool's spare-HBM tier
+    # decode, per GPU: what the old rule reserved (max_num_seqs slots of decode_context_tokens) and the
+    # workload's estimated P99 holding (None: unknown, the worst case is kept)
+    worst_case_slots_bytes: float = 0.0
+    held_estimate_bytes: float | None = None
 
     def to_dict(self) -> dict:
         m = self.memory
-        return {"role": self.role, "layout": self.layout, "gpus_per_rank": self.gpus_per_rank,
-                "hbm_gb": m.hbm_bytes / GB, "weights_gb": m.weights_bytes / GB, "engram_gb": m.engram_bytes / GB,
-                "workspace_gb": m.workspace_bytes / GB, "kv_gb": m.kv_bytes / GB, "kv_tokens": self.kv_tokens,
-                "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
-                "lent_gb": self.lent_bytes / GB}
+        out = {"role": self.role, "layout": self.layout, "gpus_per_rank": self.gpus_per_rank,
+               "hbm_gb": m.hbm_bytes / GB, "weights_gb": m.weights_bytes / GB, "engram_gb": m.engram_bytes / GB,
+               "workspace_gb": m.workspace_bytes / GB, "kv_gb": m.kv_bytes / GB, "kv_tokens": self.kv_tokens,
+               "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
+               "lent_gb": self.lent_bytes / GB}
+        if self.role == "decode":
+            out.update(kept_gb=(m.kv_bytes - self.lent_bytes) / GB,
+                       worst_case_slots_gb=self.worst_case_slots_bytes / GB,
+                       held_p99_estimate_gb=None if self.held_estimate_bytes is None else self.held_estimate_bytes / GB)
+        return out
 
 
 @dataclass(frozen=True)
@@ -147,6 +158,10 @@ class Limits:
     max_num_batched_tokens: int = VLLM_MAX_NUM_BATCHED_TOKENS
     gpu_memory_utilization: float = VLLM_GPU_MEMORY_UTILIZATION
     decode_context_tokens: int = DECODE_CONTEXT_TOKENS
+    # The decode KV the workload holds per decode rank at its P99 (sequences, context tokens), when
+    # known (rackserve.sim.sizing.decode_held_estimate); None: the worst case of max_num_seqs slots
+    decode_held_seqs: int | None = None
+    decode_held_tokens: int | None = None
 
 
 def gpu_memory(model: ModelSpec, hw: HardwareSpec, layout: Layout, engram_gpus: int, limits: Limits,
@@ -179,19 +194,28 @@ def prefill_rank(model: ModelSpec, hw: HardwareSpec, layout: Layout, engram_gpus
 
 def decode_rank(model: ModelSpec, hw: HardwareSpec, layout: Layout, engram_gpus: int, limits: Limits,
                 what: str, engram_placement: str = ep.HBM_SHARDED) -> RankCapacity:
-    """A decode rank keeps KV for max_num_seqs slots of decode_context_tokens (fewer if HBM ends first)
-    and lends the rest; its KV-token budget is what its scheduler admits against."""
+    """A decode rank keeps the KV its workload holds (limits.decode_held_*: the P99 estimate; else the
+    worst case of max_num_seqs slots of decode_context_tokens), at least one slot and at most its HBM,
+    and lends the rest; its KV-token budget is what its scheduler admits against, sequence by
+    sequence, with max_num_seqs only a cap (vLLM admits by free KV blocks)."""
     mem = gpu_memory(model, hw, layout, engram_gpus, limits, what, engram_placement)
-    slot_bytes = model.window_buffer_bytes + limits.decode_context_tokens * model.kv_bytes_per_token
-    seqs = min(limits.max_num_seqs, int(mem.kv_bytes // slot_bytes))
-    if seqs < 1:
+    win, per_token = model.window_buffer_bytes, model.kv_bytes_per_token
+    slot_bytes = win + limits.decode_context_tokens * per_token
+    if mem.kv_bytes < slot_bytes:
         raise ValueError(f"{what}: decode rank {layout.key} on {hw.name} has {mem.kv_bytes / GB:.1f} GB for KV, "
                          f"less than one {limits.decode_context_tokens:,}-token sequence "
                          f"({slot_bytes / GB:.2f} GB): short by {(slot_bytes - mem.kv_bytes) / GB:.2f} GB")
-    kept = seqs * slot_bytes
-    tokens = int((kept - seqs * model.window_buffer_bytes) // model.kv_bytes_per_token)
-    return RankCapacity("decode", layout.key, layout.gpus // layout.dp, mem, tokens, seqs,
-                        limits.max_num_batched_tokens, mem.kv_bytes - kept)
+    worst = limits.max_num_seqs * slot_bytes
+    held = None
+    if limits.decode_held_tokens is None:
+        kept, seqs = min(worst, mem.kv_bytes), min(limits.max_num_seqs, int(mem.kv_bytes // slot_bytes))
+    else:
+        seqs = max(1, limits.decode_held_seqs or 1)
+        held = limits.decode_held_tokens * per_token + seqs * win
+        kept = min(max(held, slot_bytes), mem.kv_bytes)
+    tokens = int(max(kept - seqs * win, limits.decode_context_tokens * per_token) // per_token)
+    return RankCapacity("decode", layout.key, layout.gpus // layout.dp, mem, tokens, limits.max_num_seqs,
+                        limits.max_num_batched_tokens, mem.kv_bytes - kept, worst, held)
 
 
 # ---- deployment ---------------------------------------------------------------------------------

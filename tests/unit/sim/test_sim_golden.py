@@ -11,7 +11,10 @@ AgentX golden value, 3.65 before), draft passes priced one after another, newcom
 mixed steps that keep speculation, verify steps reading each sequence's KV once, the router's
 reference step at the engine chunk (8192, was 16384). TPOT P50 rose ~1.7x in these small wide-EP8
 batches (agentx 0.64 -> 1.11 ms; mooncake 0.72 -> 1.23 ms; preempt 2.28 -> 3.55 ms), completions within
-2, hit rates within 0.1 point; the files also carry the result fields added meanwhile. The scenarios:
+2, hit rates within 0.1 point; the files also carry the result fields added meanwhile. Issue 31 item 5
+then changed sizing only (decode ranks keep the workload's P99 KV and lend the rest: kv_tokens and
+lent_gb per decode rank, the pool's spare-HBM capacity, hence preempt's pool occupancy share); no
+completion, latency or hit figure moved. The scenarios:
 - mooncake: the first 200 records of data/mooncake_synthetic_trace.jsonl at 0.3x inter-arrival,
   2 DEP2 prefill + Wide-EP 8 decode, small rank caches and pool (evictions in every tier),
   decode KV bounded (prompts that cannot fit are rejected);

@@ -53,9 +53,34 @@ def test_a_deployment_that_does_not_fit_says_what_and_by_how_much():
 
 
 def test_short_hbm_limits_the_decode_batch_by_memory():
-    cap = derive_capacity(MODEL, load_hardware("gb200"), *RACK)  # 186 GB: memory binds before 1024 slots
-    assert cap.decode[0].max_num_seqs < 1024
-    assert cap.decode[0].lent_bytes < 2.0e8
+    """186 GB: memory binds before 1024 worst-case slots. Since issue 31 it binds through the KV
+    budget the scheduler admits against (tokens, as vLLM's free blocks), not by cutting max_num_seqs,
+    which stays a cap (it was 13 x 200k-token slots for deepseek-v3 on gb200)."""
+    cap = derive_capacity(MODEL, load_hardware("gb200"), *RACK)
+    dec = cap.decode[0]
+    assert dec.max_num_seqs == 1024
+    assert dec.kv_tokens * MODEL.kv_bytes_per_token <= dec.memory.kv_bytes < dec.worst_case_slots_bytes
+    assert dec.lent_bytes == 0.0 and dec.held_estimate_bytes is None
+
+
+def test_decode_ranks_keep_what_the_workload_holds_and_lend_the_rest():
+    """Issue 31 item 5: with the workload's P99 holding known, a decode rank keeps that (at least one
+    slot) and lends the rest; the worst case of max_num_seqs slots is reported, not reserved."""
+    from dataclasses import replace
+
+    from rackserve.timing.capacity import Limits
+
+    held = replace(Limits(), decode_held_seqs=100, decode_held_tokens=12_000_000)
+    worst = derive_capacity(MODEL, VR200, *RACK).decode[0]
+    dec = derive_capacity(MODEL, VR200, *RACK, held).decode[0]
+    kept = 12_000_000 * MODEL.kv_bytes_per_token + 100 * MODEL.window_buffer_bytes
+    assert dec.held_estimate_bytes == pytest.approx(kept)
+    assert dec.lent_bytes == pytest.approx(dec.memory.kv_bytes - kept)
+    assert dec.lent_bytes > worst.lent_bytes + 100e9  # was ~55 GB of ~240 GB
+    assert dec.kv_tokens == int((kept - 100 * MODEL.window_buffer_bytes) // MODEL.kv_bytes_per_token)
+    assert dec.worst_case_slots_bytes == worst.worst_case_slots_bytes and dec.max_num_seqs == 1024
+    d = dec.to_dict()
+    assert d["kept_gb"] == pytest.approx(kept / 1e9) and d["worst_case_slots_gb"] > 180
 
 
 BASE = {"deployment": {"prefill": [{"layout": "dep2", "count": 12}],
