@@ -12,6 +12,9 @@ decode. Every step is charged the tokens its engine computed. Both publish their
 from __future__ import annotations
 
 import logging
+import os
+import platform
+import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,6 +28,7 @@ from rackserve.kv.events import Publisher
 from rackserve.kv.kv_codec import encode_block
 from rackserve.model.config import ModelConfig
 from rackserve.model.engine import Engine
+from rackserve.model.logprobs import TokenLogprob, token_logprob
 from rackserve.model.mock_engine import MockEngine
 from rackserve.model.sampling import SamplingParams
 from rackserve.sched.scheduler import QueueFull
@@ -50,6 +54,7 @@ class Emitted:
     reused: Admitted | None = None  # prefill, when finished: what the engine really started from
     kv_lease_id: int = 0  # prefill: the pool lease over kv_block_hashes the decode rank releases
     kv_block_tiers: tuple[str, ...] = ()  # prefill: their pool tiers as leased (empty: unknown)
+    logprob: TokenLogprob | None = None  # the token's, when the request asked for logprobs
 
 
 @dataclass(frozen=True)
@@ -69,13 +74,18 @@ class RankStep:
 
 @dataclass(frozen=True)
 class RankState:
-    """A rank's load right now (its gauges are set from this, not from step deltas)."""
+    """A rank's load right now (its gauges are set from this, not from step deltas), and where
+    it runs and when it last stepped (/admin/ranks)."""
 
     running: int
     waiting: int
     queued_prompt_tokens: int
     kv_blocks_used: int
     kv_blocks_total: int
+    node: str = ""
+    pid: int = 0
+    steps: int = 0
+    last_step_unix_s: float = 0.0  # 0: no step yet
 
 
 @dataclass
@@ -88,6 +98,7 @@ class _Seq:
     reused: Admitted | None = None  # set at the request's first step
     hands_off: bool = False  # prefill: a decode rank will read the prompt's KV from the pool
     reservation: Future | None = None  # prefill: pool space booked for its blocks while computing
+    top_logprobs: int | None = None  # alternatives per token's logprob; None: no logprobs asked
 
     def started_from(self, computed_tokens: int) -> Admitted:
         """The tokens the engine started from (its schedule's computed tokens), by where their KV
@@ -128,6 +139,22 @@ class RankWorker:
             else len(encode_block(*self.engine.kv.read_block(0), model.fingerprint))
         )
         self._reserver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvpool-reserve")
+        self._steps, self._last_step_unix_s = 0, 0.0
+        # The first line of the rank's log (Ray names the actor by __repr__ before it).
+        print(self.summary(), file=sys.stderr, flush=True)
+
+    def summary(self) -> str:
+        """One line for the rank's log: who it is and what it runs (not the whole Config)."""
+        t = self.cfg.timing
+        return (
+            f"rank {self.instance}/{self.rank} ({self.role}) pid {os.getpid()} on {platform.node()}: "
+            f"engine {self.cfg.engine.kind}, {self.cfg.engine.model_id}, "
+            f"{self.cfg.engine.cache_blocks_per_rank} KV blocks of {self.cfg.engine.block_size}, "
+            f"timing {t.hardware}/{t.model}, time_scale {self.cfg.cluster.time_scale:g}"
+        )
+
+    def __repr__(self) -> str:  # Ray's log prefix of this actor: "(decode-tp8-0/0 pid=...)"
+        return f"{self.instance}/{self.rank}"
 
     def _make_engine(self) -> Engine:
         """The engine `engine.kind` names: the small model (with the Engram shards when given), or
@@ -170,6 +197,10 @@ class RankWorker:
             load.pending_prefill_tokens,
             cache.num_blocks - cache.num_free,
             cache.num_blocks,
+            platform.node(),
+            os.getpid(),
+            self._steps,
+            self._last_step_unix_s,
         )
 
     # -- admission -----------------------------------------------------------------------------
@@ -190,7 +221,7 @@ class RankWorker:
         # computes them: one round trip fewer between the compute and the reply.
         reservation = self._reserver.submit(self.pool.reserve, hashes, self._block_bytes) if hashes else None
         self._seqs[request_id] = _Seq(prompt, hbm, dram, local=local * bs, hands_off=hands_off,
-                                      reservation=reservation)
+                                      reservation=reservation, top_logprobs=_top_logprobs(params))
         return Admitted(local * bs, hbm, dram)
 
     def submit_decode(
@@ -218,7 +249,8 @@ class RankWorker:
         )
         hbm = sum(bs for _, _, tier in fetched if tier == "pool_hbm")
         dram = sum(bs for _, _, tier in fetched if tier == "pool_dram")
-        self._seqs[request_id] = _Seq(prompt, hbm, dram, local=local * bs)
+        self._seqs[request_id] = _Seq(prompt, hbm, dram, local=local * bs,
+                                      top_logprobs=_top_logprobs(params))
         return Admitted(local * bs, hbm, dram)
 
     def cancel(self, request_id: str) -> None:
@@ -261,6 +293,7 @@ class RankWorker:
         admitted = tuple(self.admit(s) for s in inbox)
         admit_s = time.perf_counter() - started
         result = self.engine.step()
+        self._steps, self._last_step_unix_s = self._steps + 1, time.time()
         new, cached, emitted = [], [], []
         pool_hbm = pool_dram = 0
         for out, planned in zip(result.outputs, result.schedule.seqs, strict=True):
@@ -299,15 +332,19 @@ class RankWorker:
         )
 
     def _emit(self, out: object) -> Emitted:
+        seq = self._seqs[out.request_id]
+        logprob = None
+        if seq.top_logprobs is not None and out.token is not None and out.logits is not None:
+            logprob = token_logprob(out.logits, out.token, seq.top_logprobs)
         if not out.finished:
-            return Emitted(out.request_id, out.token, None)
-        seq = self._seqs.pop(out.request_id)
+            return Emitted(out.request_id, out.token, None, logprob=logprob)
+        del self._seqs[out.request_id]
         if self.role != "prefill":
-            return Emitted(out.request_id, out.token, out.finish_reason)
+            return Emitted(out.request_id, out.token, out.finish_reason, logprob=logprob)
         hold = seq.hands_off and out.finish_reason != "stop"  # EOS first: nobody decodes it
         handle = self._store_prompt(seq.prompt, hold, _result(seq.reservation))
         return Emitted(out.request_id, out.token, out.finish_reason, handle.hashes, seq.reused,
-                       handle.lease_id, handle.tiers)
+                       handle.lease_id, handle.tiers, logprob)
 
     def _store_prompt(self, prompt: list[int], hold: bool, reservation: Reservation | None) -> Handle:
         """Write the prompt's full blocks to the pool (those it lacks, into `reservation` where it
@@ -331,6 +368,11 @@ def _result(reservation: Future | None) -> Reservation | None:
     except Exception:  # e.g. INVALID_ARGUMENT: store books anew, and reports that
         log.exception("pool reservation failed")
         return None
+
+
+def _top_logprobs(params: dict) -> int | None:
+    """Alternatives per token's logprob the wire params ask for; None when no logprobs."""
+    return int(params.get("top_logprobs", 0)) if params.get("logprobs") else None
 
 
 def _engine_params(params: dict, **override: object) -> dict:

@@ -42,6 +42,13 @@ LOCAL_RAY_ENV = {
 }
 
 RayRankWorker = ray.remote(RankWorker)
+
+
+def named_rank_actor(rank: str):  # -> ray.actor.ActorClass
+    """RankWorker's actor form under the rank's name: Ray titles an actor's process
+    `ray::<class name>` (ps, top) and lists that class name, so each rank shows as
+    `ray::Rank(decode-tp8-0/0)` rather than one more `ray::RankWorker`."""
+    return ray.remote(type(f"Rank({rank})", (RankWorker,), {"__module__": RankWorker.__module__}))
 RayRankGroup = ray.remote(RankGroup)
 
 
@@ -84,7 +91,7 @@ def spawn_instance(
     for r in range(spec.dp_ranks):
         strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=r)
         actors.append(
-            RayRankWorker.options(
+            named_rank_actor(f"{spec.name}/{r}").options(
                 num_cpus=RANK_CPUS,
                 scheduling_strategy=strategy,
                 name=f"{spec.name}/{r}",

@@ -13,6 +13,7 @@ from typing import ClassVar
 import grpc
 
 from rackserve.metrics import RankKey
+from rackserve.model.logprobs import TokenLogprob
 from services import rank_probe
 from services._proto import prefill_pb2
 from services.instance_loop import InstanceLoop, StepDone
@@ -33,7 +34,20 @@ def sampling_dict(params: prefill_pb2.SamplingParams) -> dict:
         "seed": params.seed,
         "ignore_eos": params.ignore_eos,
         "max_tokens": max(1, params.max_tokens),
+        "logprobs": params.logprobs,
+        "top_logprobs": params.top_logprobs,
     }
+
+
+def logprob_pb(logprob: TokenLogprob | None) -> prefill_pb2.TokenLogprob | None:
+    """A token's logprob (rackserve.model.logprobs) as the wire message; None stays None."""
+    if logprob is None:
+        return None
+    return prefill_pb2.TokenLogprob(
+        logprob=logprob.logprob,
+        top_ids=[t for t, _ in logprob.top],
+        top_logprobs=[v for _, v in logprob.top],
+    )
 
 
 async def admission(answer: asyncio.Future, context: grpc.aio.ServicerContext) -> Admitted:
@@ -78,6 +92,13 @@ def check_request(
     return None
 
 
+def rank_status(instance: str, rank: int, state: RankState) -> prefill_pb2.RankStatus:
+    return prefill_pb2.RankStatus(
+        instance=instance, rank=rank, node=state.node, pid=state.pid, running=state.running,
+        waiting=state.waiting, steps=state.steps, last_step_unix_s=state.last_step_unix_s,
+    )
+
+
 class WorkerService:
     """Subclasses set `phase` ("prefill" or "decode") and handle `on_step`."""
 
@@ -87,6 +108,7 @@ class WorkerService:
         self.worker = worker
         self.specs, self.actors, self.metrics = worker.specs, worker.actors, worker.metrics
         self.loops: dict[str, InstanceLoop] = make_loops(worker, self.phase, self.on_step)
+        self.states: dict[tuple[str, int], RankState] = {}  # each rank's last state report
 
     def on_step(self, done: StepDone) -> None:
         raise NotImplementedError
@@ -98,6 +120,7 @@ class WorkerService:
             ready=True,
             instances=list(self.specs),
             unresponsive=await rank_probe.unresponsive(self.actors),
+            ranks=[rank_status(name, r, state) for (name, r), state in self.states.items()],
         )
 
     async def refresh_rank_state(self, interval_s: float = STATE_INTERVAL_S) -> None:
@@ -111,6 +134,7 @@ class WorkerService:
             )
             for (name, r), state in zip(keys, states, strict=True):
                 if isinstance(state, RankState):
+                    self.states[(name, r)] = state
                     self._observe(RankKey(name, r, self.specs[name].role), state)
 
     async def _state(self, actor) -> RankState:

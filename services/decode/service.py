@@ -20,7 +20,13 @@ from services.kvpool.client import PB_TO_TIER
 from services.rank_inbox import Submission
 from services.stage_timer import now_s, observe
 from services.worker_host import Worker
-from services.worker_service import WorkerService, admission, check_request, sampling_dict
+from services.worker_service import (
+    WorkerService,
+    admission,
+    check_request,
+    logprob_pb,
+    sampling_dict,
+)
 
 
 @dataclass
@@ -100,11 +106,13 @@ class DecodeService(WorkerService, decode_pb2_grpc.DecodeServicer):
                     )
                     first = False
                 finished = emitted.finish_reason is not None
+                logprob = logprob_pb(emitted.logprob)
                 yield decode_pb2.TokenChunk(
                     token_ids=[emitted.token] if emitted.token is not None else [],
                     sim_time_s=since + done.step_s,
                     finish_reason=emitted.finish_reason or "",
                     pacing_lag_s=done.lag_s,
+                    logprobs=[logprob] if logprob is not None else [],
                 )
         finally:
             self._streams.pop(request.request_id, None)

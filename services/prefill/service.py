@@ -15,7 +15,13 @@ from services.kvpool.client import TIER_TO_PB
 from services.rank_inbox import Admitted, Submission
 from services.stage_timer import now_s, observe
 from services.worker_host import Worker
-from services.worker_service import WorkerService, admission, check_request, sampling_dict
+from services.worker_service import (
+    WorkerService,
+    admission,
+    check_request,
+    logprob_pb,
+    sampling_dict,
+)
 
 
 @dataclass
@@ -106,6 +112,7 @@ class PrefillService(WorkerService, prefill_pb2_grpc.PrefillServicer):
             prefill_sim_s=finished_sim - started,
             pacing_lag_s=waiter.lag_s,
             finish_reason="stop" if emitted.finish_reason == "stop" else "",
+            first_logprob=logprob_pb(emitted.logprob),
         )
 
     def _record_lookup(self, request: prefill_pb2.PrefillRequest, admitted: Admitted) -> None:

@@ -108,10 +108,12 @@ def follow_kv_events(
 
 
 async def wait_workers_ready(
-    prefill: str, decode: str, flag: dict[str, bool], core: RouterCore, interval_s: float
+    prefill: str, decode: str, flag: dict[str, bool], core: RouterCore, interval_s: float,
+    ranks: dict[tuple[str, int], dict],
 ) -> None:
-    """Poll the workers' Health; the front door's /ready reflects whether both are ready, and
-    routing leaves out the ranks each worker's probe found unresponsive (services/rank_probe.py)."""
+    """Poll the workers' Health; the front door's /ready reflects whether both are ready,
+    routing leaves out the ranks each worker's probe found unresponsive (services/rank_probe.py),
+    and `ranks` keeps where each rank runs and what it last did (/admin/ranks)."""
     # One channel per worker for the watcher's life (it reconnects by itself): not a new
     # connection, on both ends, every second.
     channels = [grpc.aio.insecure_channel(a, options=RECONNECT_OPTIONS) for a in (prefill, decode)]
@@ -126,6 +128,7 @@ async def wait_workers_ready(
                     )
                     ok = ok and reply.ready
                     core.apply_probe(list(reply.instances), set(reply.unresponsive))
+                    ranks.update(rank_details(reply))
                 except grpc.aio.AioRpcError:
                     ok = False
             flag["ready"] = ok
@@ -133,6 +136,21 @@ async def wait_workers_ready(
     finally:
         for channel in channels:
             await channel.close()
+
+
+def rank_details(reply: prefill_pb2.WorkerHealthReply) -> dict[tuple[str, int], dict]:
+    """(instance, rank) -> node, pid, state and last step, from one worker's Health reply."""
+    out = {}
+    for r in reply.ranks:
+        state = "busy" if r.running or r.waiting else "idle"
+        if f"{r.instance}/{r.rank}" in reply.unresponsive:
+            state = "unresponsive"
+        out[(r.instance, r.rank)] = {
+            "node": r.node, "pid": r.pid, "state": state, "running": r.running,
+            "waiting": r.waiting, "steps": r.steps,
+            "last_step_unix_s": round(r.last_step_unix_s, 3) or None,
+        }
+    return out
 
 
 def build_core(cfg: Config, timing: TimingModel, metrics: ProcessMetrics) -> RouterCore:
@@ -168,6 +186,7 @@ async def serve(args: argparse.Namespace) -> None:
         time_scale=cfg.cluster.time_scale,
     )
     flag = {"ready": False, "redis": False}
+    ranks: dict[tuple[str, int], dict] = {}
     workers = WorkerMetrics(args.worker_metrics or [])
     door = FrontDoor(
         orchestrator,
@@ -177,6 +196,7 @@ async def serve(args: argparse.Namespace) -> None:
         ready=lambda: flag["ready"] and flag["redis"],
         merge_metrics=workers.merged_with,
         instance_id=args.instance_id,
+        worker_ranks=ranks,
     )
     grpc_server = grpc.aio.server(options=SERVER_OPTIONS)
     router_pb2_grpc.add_RouterServicer_to_server(RouterService(core, cfg.cluster.worker_timeout_s), grpc_server)
@@ -188,7 +208,7 @@ async def serve(args: argparse.Namespace) -> None:
     )
     follower.start()
     watcher = asyncio.create_task(wait_workers_ready(
-            args.prefill, args.decode, flag, core, cfg.cluster.health_interval_s
+            args.prefill, args.decode, flag, core, cfg.cluster.health_interval_s, ranks
         ))
     http = uvicorn.Server(
         uvicorn.Config(

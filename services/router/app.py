@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from fastapi import FastAPI, Request
@@ -20,8 +20,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rackserve.metrics import ProcessMetrics, RequestRecord
 from rackserve.model import hf_tokenizer, tokenizer
 from rackserve.routing.view import NoRankAvailable
+from services.router import choices
 from services.router.admission import RETRY_AFTER_S
-from services.router.detok import Detokenizer
+from services.router.choices import Piece, Prepared
 from services.router.openai_models import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -55,13 +56,8 @@ class FrontDoor:
     ready: Callable[[], bool]
     merge_metrics: Callable[[bytes], Awaitable[bytes]] | None = None
     instance_id: str = ""  # the launcher's id for this cluster, echoed by /ready
-
-
-@dataclass(frozen=True)
-class Prepared:
-    prompt: list[int]
-    sampling: Sampling
-    stops: list[str]
+    # (instance, rank) -> node, pid, state, last step: from the workers' Health replies
+    worker_ranks: dict[tuple[str, int], dict] = field(default_factory=dict)
 
 
 def create_app(door: FrontDoor) -> FastAPI:
@@ -102,8 +98,10 @@ def create_app(door: FrontDoor) -> FastAPI:
 
     @app.get("/admin/ranks", include_in_schema=False)
     async def ranks() -> dict:
-        """Every rank's routing health: out while a probe, a failure or a drain holds it out."""
-        return {"ranks": door.orchestrator.router.rank_health()}
+        """Every rank's routing health (out while a probe, a failure or a drain holds it out)
+        and, from its worker, its node, PID, state and last step."""
+        ranks = door.orchestrator.router.rank_health()
+        return {"ranks": [{**r, **door.worker_ranks.get((r["instance"], r["rank"]), {})} for r in ranks]}
 
     @app.get("/v1/rackserve/info")
     async def info() -> dict:
@@ -252,27 +250,10 @@ def _prepare(
             "min_tokens",
         )
     ignore_eos = body.ignore_eos or body.min_tokens >= max_tokens  # min = max: exact length
-    sampling = Sampling(max_tokens, body.temperature, body.top_p, seed, ignore_eos)
+    sampling = Sampling(
+        max_tokens, body.temperature, body.top_p, seed, ignore_eos, body.top_logprobs_asked()
+    )
     return Prepared(prompt, sampling, body.stop_strings())
-
-
-async def _run(
-    door: FrontDoor, trip: Trip, prep: Prepared
-) -> AsyncIterator[tuple[str, str | None]]:
-    """Yield (text delta, finish_reason or None) until the request ends."""
-    detok = Detokenizer(prep.stops)
-    gen = door.orchestrator.generate(trip, prep.prompt, prep.sampling)
-    try:
-        async for tokens in gen:
-            text = detok.push(tokens)
-            if detok.stopped:
-                yield text, "stop"
-                return
-            if text:
-                yield text, None
-        yield detok.flush(), trip.finish_reason or "length"
-    finally:
-        await gen.aclose()
 
 
 def _record(door: FrontDoor, trip: Trip, status: str) -> None:
@@ -299,88 +280,135 @@ async def _serve(
     door: FrontDoor, body: CompletionRequest | ChatCompletionRequest, prep: Prepared, shape: Shape
 ) -> Response:
     rid = new_id("chatcmpl" if shape.chat else "cmpl")
-    trip = Trip(rid, len(prep.prompt))
+    trips = choices.trips(rid, len(prep.prompt), body.n)
     if (arrived := arrived_s()) is not None:
         observe(door.metrics, "http_in", arrived)
     if body.stream:
-        return await _stream(door, body, trip, prep, shape)
+        return await _stream(door, body, rid, trips, prep, shape)
     door.metrics.front_door.in_flight.inc()
-    status = "error"
     try:
-        parts = [(text, finish) async for text, finish in _run(door, trip, prep)]
-        status = "finished"
+        pieces = await asyncio.gather(
+            *(_complete(door, trip, choices.sampling_of(prep, i)) for i, trip in enumerate(trips))
+        )
     finally:
         door.metrics.front_door.in_flight.dec()
-        _record(door, trip, status)
-    text = "".join(t for t, _ in parts)
-    choice = shape.choice(text, parts[-1][1])
-    if body.return_token_ids:
-        choice["token_ids"] = trip.output_ids
+    answers = [
+        _choice(body, shape, trip, i, parts) for i, (trip, parts) in enumerate(zip(trips, pieces, strict=True))
+    ]
     return JSONResponse(
         {
             "id": rid,
             "object": shape.obj,
             "created": now(),
             "model": shape.model,
-            "choices": [choice],
-            "usage": usage_of(trip),
-            "rackserve": timings_of(trip),
+            "choices": answers,
+            "usage": usage_of(trips),
+            "rackserve": timings_of(trips[0]),
         },
-        headers=sim_headers(trip, _time_scale(door), done=True),
+        headers=sim_headers(trips[0], _time_scale(door), done=True),
     )
 
 
+async def _complete(door: FrontDoor, trip: Trip, prep: Prepared) -> list[Piece]:
+    """One choice run to its end (recorded in the metrics however it ends)."""
+    status = "error"
+    try:
+        parts = [piece async for piece in choices.run(door.orchestrator, trip, prep)]
+        status = "finished"
+        return parts
+    finally:
+        _record(door, trip, status)
+
+
+def _choice(
+    body: CompletionRequest | ChatCompletionRequest, shape: Shape, trip: Trip, index: int,
+    parts: list[Piece],
+) -> dict:
+    choice = shape.choice("".join(p.text for p in parts), parts[-1].finish)
+    choice["index"] = index
+    if body.top_logprobs_asked() is not None:
+        choice["logprobs"] = choices.logprobs_of(trip, 0, parts[-1].end, shape.chat, len(shape.echo))
+    if body.return_token_ids:
+        choice["token_ids"] = trip.output_ids
+    return choice
+
+
 async def _stream(
-    door: FrontDoor, body: CompletionRequest | ChatCompletionRequest, trip: Trip, prep: Prepared,
-    shape: Shape,
+    door: FrontDoor, body: CompletionRequest | ChatCompletionRequest, rid: str, trips: list[Trip],
+    prep: Prepared, shape: Shape,
 ) -> Response:
     """Start the stream, then answer: the headers carry the simulated TTFT (known at the first
     token), and a failure before the first token is a plain HTTP error, not a 200."""
     options = body.stream_options
     events = _sse(
-        door, trip, prep, shape, options is not None and options.usage_last,
+        door, body, rid, trips, prep, shape, options is not None and options.usage_last,
         options is not None and options.usage_every_chunk,
     )
     first = await anext(events)
-    return SSEResponse(first, events, sim_headers(trip, _time_scale(door), done=False))
+    return SSEResponse(first, events, sim_headers(trips[0], _time_scale(door), done=False))
 
 
 async def _sse(
-    door: FrontDoor, trip: Trip, prep: Prepared, shape: Shape, include_usage: bool,
-    every_chunk: bool,
+    door: FrontDoor, body: CompletionRequest | ChatCompletionRequest, rid: str, trips: list[Trip],
+    prep: Prepared, shape: Shape, include_usage: bool, every_chunk: bool,
 ) -> AsyncIterator[bytes]:
     obj = shape.obj + ".chunk" if shape.chat else shape.obj
-    head = {"id": trip.request_id, "object": obj, "created": now(), "model": shape.model}
+    head = {"id": rid, "object": obj, "created": now(), "model": shape.model}
     door.metrics.front_door.in_flight.inc()
-    status, first = "aborted", True
+    streams = [
+        _choice_chunks(door, body, trip, choices.sampling_of(prep, i), shape, i)
+        for i, trip in enumerate(trips)
+    ]
+    first = True
     try:
-        async for text, finish in _run(door, trip, prep):
-            chunk = {**head, "choices": [shape.delta(text, finish, first)]}
+        async for choice, trip in choices.merge(streams):
+            chunk = {**head, "choices": [choice]}
             if every_chunk:  # vLLM's continuous_usage_stats: the usage so far
-                chunk["usage"] = usage_of(trip, details=False)
-            if finish is not None:
+                chunk["usage"] = usage_of(trips, details=False)
+            if choice["finish_reason"] is not None:
                 chunk["rackserve"] = timings_of(trip)
             if first and (arrived := arrived_s()) is not None:
                 observe(door.metrics, "front_door_ttft", arrived)
             first = False
             yield _event(chunk)
         if include_usage:
-            yield _event({**head, "choices": [], "usage": usage_of(trip)})
-        status = "finished"
+            yield _event({**head, "choices": [], "usage": usage_of(trips)})
         yield b"data: [DONE]\n\n"
     except Exception as exc:
-        status = "error"
         if first:  # nothing sent yet: the handler answers with an HTTP error
             raise
         # The stream has started: report in-band, as OpenAI does, with a short stable message;
         # the details go to the log.
         if isinstance(exc, WorkerUnavailable):  # expected (a worker died): no traceback
-            log.warning("request %s failed mid-stream: %s", trip.request_id, exc.__cause__ or exc)
+            log.warning("request %s failed mid-stream: %s", rid, exc.__cause__ or exc)
         else:
-            log.warning("request %s failed mid-stream", trip.request_id, exc_info=exc)
+            log.warning("request %s failed mid-stream", rid, exc_info=exc)
         yield _event(error_body(stream_error_message(exc), kind="server_error"))
     finally:
         door.metrics.front_door.in_flight.dec()
+
+
+async def _choice_chunks(
+    door: FrontDoor, body: CompletionRequest | ChatCompletionRequest, trip: Trip, prep: Prepared,
+    shape: Shape, index: int,
+) -> AsyncIterator[tuple[dict, Trip]]:
+    """One choice's stream deltas (with their tokens' logprobs when asked), recorded in the
+    metrics however it ends."""
+    status, first = "aborted", True
+    try:
+        async for piece in choices.run(door.orchestrator, trip, prep):
+            delta = shape.delta(piece.text, piece.finish, first)
+            delta["index"] = index
+            if body.top_logprobs_asked() is not None:
+                offset = len(shape.echo) if first else 0
+                delta["logprobs"] = choices.logprobs_of(trip, piece.start, piece.end, shape.chat, offset)
+            first = False
+            yield delta, trip
+        status = "finished"
+    except Exception:
+        status = "error"
+        raise
+    finally:
         _record(door, trip, status)
 
 

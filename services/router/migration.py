@@ -111,6 +111,7 @@ async def migrate(
         new_times = sub.token_times_s[len(sub.token_times_s) - len(tokens) :]
         trip.token_times_s.extend(offset + t for t in new_times)
         trip.output_ids.extend(tokens)
+        trip.logprobs.extend(sub.logprobs[len(sub.logprobs) - len(tokens) :])
         trip.completion_tokens += len(tokens)
         yield tokens
     trip.finish_reason = sub.finish_reason

@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from rackserve.model.logprobs import MAX_TOP_LOGPROBS
+
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -64,6 +66,9 @@ NEUTRAL: dict[str, tuple[Any, ...]] = {
 }
 
 
+MAX_N = 16  # choices per request; each is a full request to the cluster
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -71,7 +76,7 @@ class _Request(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0, le=2)
     top_p: float = Field(1.0, gt=0, le=1)
-    n: int = Field(1, ge=1, le=1, description="only n=1 is served")
+    n: int = Field(1, ge=1, le=MAX_N, description="choices, each its own trip (seed + index)")
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
@@ -140,6 +145,16 @@ class _Request(BaseModel):
             raise ValueError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens")
         return self
 
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self) -> _Request:
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("Stream options can only be defined when `stream=True`.")
+        return self
+
+    def top_logprobs_asked(self) -> int | None:
+        """Alternatives per token's logprob the request asks for; None: no logprobs."""
+        return None
+
     @field_validator("stop")
     @classmethod
     def _stop_list(cls, value: str | list[str] | None) -> list[str] | None:
@@ -157,7 +172,9 @@ class _Request(BaseModel):
 class CompletionRequest(_Request):
     prompt: str | list[int] | list[str] | list[list[int]] = Field(description="text, or token ids")
     echo: bool | None = False
-    logprobs: int | None = Field(None, ge=0, le=0, description="logprobs are not served")
+    logprobs: int | None = Field(
+        None, ge=0, le=MAX_TOP_LOGPROBS, description="the sampled token's and this many more"
+    )
     best_of: int | None = Field(None, ge=1, le=1)
     suffix: str | None = None
     max_completion_tokens: int | None = Field(None, ge=1)  # sent by some clients; = max_tokens
@@ -174,6 +191,9 @@ class CompletionRequest(_Request):
         if isinstance(value, list) and any(t < 0 for t in value):
             raise ValueError("prompt token ids must be non-negative")
         return value
+
+    def top_logprobs_asked(self) -> int | None:
+        return self.logprobs
 
     @model_validator(mode="after")
     def _one_max(self) -> CompletionRequest:
@@ -219,7 +239,7 @@ class ChatCompletionRequest(_Request):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = False
-    top_logprobs: int | None = Field(None, ge=0, le=0)
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None  # the template takes none: ignored
     parallel_tool_calls: bool | None = None
@@ -253,6 +273,15 @@ class ChatCompletionRequest(_Request):
         if value:
             raise ValueError("not supported by this server")
         return value
+
+    @model_validator(mode="after")
+    def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("when using `top_logprobs`, `logprobs` must be set to true.")
+        return self
+
+    def top_logprobs_asked(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @model_validator(mode="after")
     def _one_max_chat(self) -> ChatCompletionRequest:

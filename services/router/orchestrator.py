@@ -14,10 +14,12 @@ from collections.abc import AsyncIterator
 import grpc
 
 from rackserve.kv.block_hash import block_hashes
+from rackserve.model.logprobs import TokenLogprob
 from rackserve.routing.view import NoRankAvailable
 from services._proto import decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
 from services.grpc_limits import RECONNECT_OPTIONS
 from services.router import migration
+from services.router.logprobs import logprob_of
 from services.router.router_core import Route, RouterCore
 from services.router.stream_errors import WorkerUnavailable
 from services.router.trip import Sampling, Trip
@@ -85,6 +87,8 @@ class Orchestrator:
             max_tokens=sampling.max_tokens,
             seed=sampling.seed,
             ignore_eos=sampling.ignore_eos,
+            logprobs=sampling.top_logprobs is not None,
+            top_logprobs=sampling.top_logprobs or 0,
         )
         sent_at, started = time.monotonic(), now_s()
         reply = await self._prefill_call(trip, prompt, params, decision)
@@ -99,10 +103,12 @@ class Orchestrator:
         observe(self.router.metrics, "prefill_call", started)
         self._account_prefill(trip, reply)
         self.router.record_delivery(decision, trip.cached_tokens)
+        first_logprob = logprob_of(reply.first_logprob) if reply.HasField("first_logprob") else None
         if reply.finish_reason or sampling.max_tokens == 1:  # the first token ends it: no decode
             trip.token_times_s.append(trip.queue_s + trip.prefill_s)
             trip.completion_tokens = 1
             trip.output_ids.append(reply.first_token)
+            trip.logprobs.append(first_logprob)
             trip.finish_reason = reply.finish_reason or "length"
             yield [reply.first_token]
             return
@@ -121,7 +127,7 @@ class Orchestrator:
             while (chunk := await self._next_chunk(call)) is not grpc.aio.EOF:
                 if not trip.token_times_s:
                     observe(self.router.metrics, "decode_first_chunk", started)
-                self._account_chunk(trip, chunk)
+                self._account_chunk(trip, chunk, first_logprob)
                 yield list(chunk.token_ids)
         except grpc.aio.AioRpcError as exc:  # the decode rank failed: continue elsewhere
             if exc.code() in migration.NOT_MIGRATED:
@@ -177,11 +183,16 @@ class Orchestrator:
         trip.prefill_s = max(0.0, reply.prefill_sim_s)
         trip.pacing_lag_s += reply.pacing_lag_s
 
-    def _account_chunk(self, trip: Trip, chunk: decode_pb2.TokenChunk) -> None:
+    def _account_chunk(
+        self, trip: Trip, chunk: decode_pb2.TokenChunk, first_logprob: TokenLogprob | None
+    ) -> None:
         start = trip.queue_s + trip.prefill_s
-        if not trip.token_times_s:
+        logprobs = [logprob_of(lp) for lp in chunk.logprobs]
+        if not trip.token_times_s:  # the first chunk carries the prefill's token
             trip.kv_transfer_s = chunk.kv_load_sim_s
             trip.first_decode_s = max(0.0, chunk.sim_time_s - chunk.kv_load_sim_s)
+            logprobs.insert(0, first_logprob)
+        trip.logprobs.extend(logprobs + [None] * (len(chunk.token_ids) - len(logprobs)))
         trip.token_times_s.extend([start + chunk.sim_time_s] * len(chunk.token_ids))
         trip.completion_tokens += len(chunk.token_ids)
         trip.output_ids.extend(chunk.token_ids)

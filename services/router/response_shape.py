@@ -3,6 +3,7 @@ and rackserve's `rackserve` timings extension (simulated seconds)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from services.router.openai_models import PromptTokensDetails, Timings, Usage
@@ -45,12 +46,14 @@ class Shape:
         }
 
 
-def usage_of(trip: Trip, details: bool = True) -> dict:
+def usage_of(trips: Sequence[Trip], details: bool = True) -> dict:
+    """The usage of a request's choices: the prompt once (as vLLM counts it), every output."""
+    prompt, completion = trips[0].prompt_tokens, sum(t.completion_tokens for t in trips)
     usage = Usage(
-        prompt_tokens=trip.prompt_tokens,
-        completion_tokens=trip.completion_tokens,
-        total_tokens=trip.prompt_tokens + trip.completion_tokens,
-        prompt_tokens_details=PromptTokensDetails(cached_tokens=trip.cached_tokens),
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=trips[0].cached_tokens),
     ).model_dump()
     if not details:  # vLLM's per-chunk usage carries the three counts only
         del usage["prompt_tokens_details"]

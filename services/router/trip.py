@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rackserve.model.logprobs import TokenLogprob
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -12,6 +14,7 @@ class Sampling:
     top_p: float = 1.0
     seed: int = 0
     ignore_eos: bool = False
+    top_logprobs: int | None = None  # alternatives per token's logprob; None: no logprobs
 
 
 @dataclass
@@ -35,6 +38,7 @@ class Trip:
     finish_reason: str = ""
     token_times_s: list[float] = field(default_factory=list)  # sim time of each token from arrival
     output_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob | None] = field(default_factory=list)  # one per output id, if asked
 
     @property
     def last_decode(self) -> str:

@@ -38,13 +38,20 @@ def assert_openai_error(reply: httpx.Response, status: int, param: str | None) -
         ({**OK, "temperature": 7}, "temperature"),
         ({**OK, "frobnicate": True}, "frobnicate"),
         ({**OK, "prompt": ""}, "prompt"),
-        ({**OK, "n": 3}, "n"),
+        ({**OK, "n": 17}, "n"),
+        ({**OK, "logprobs": 21}, "logprobs"),
     ],
 )
 def test_invalid_completion_fields(live_cluster, body: dict, param: str) -> None:
     error = assert_openai_error(post(live_cluster.base_url, body), 400, param)
     if param == "frobnicate":
         assert error["message"] == "Unrecognized request argument supplied: frobnicate"
+
+
+def test_stream_options_without_stream_is_400_as_in_vllm(live_cluster) -> None:
+    body = {**OK, "stream_options": {"include_usage": True}}
+    error = assert_openai_error(post(live_cluster.base_url, body), 400, None)
+    assert error["message"] == "Stream options can only be defined when `stream=True`."
 
 
 def test_non_json_body(live_cluster) -> None:

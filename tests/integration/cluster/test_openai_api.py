@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import httpx
 import openai
 import pytest
@@ -86,3 +88,35 @@ def test_metrics_show_pacing_and_rank_time(live_cluster, client: openai.OpenAI) 
     assert "rackserve_rank_pacing_lag_seconds_total" in body  # real numpy compute overruns 0.002 x
     assert "rackserve_time_to_first_token_seconds_count" in body
     assert "vllm:e2e_request_latency_seconds_count" in body
+
+
+def test_logprobs_are_the_models_own_distribution(client: openai.OpenAI) -> None:
+    """Greedy: every token is the model's most likely one, so its logprob heads top_logprobs;
+    the alternatives are a proper distribution's (<= 0, summing to <= 1); streamed = not."""
+    prompt = "The twin of a rack serves tokens"
+    kwargs = dict(model=MODEL, prompt=prompt, max_tokens=8, temperature=0, logprobs=3,
+                  extra_body={"ignore_eos": True})
+    lp = client.completions.create(**kwargs).choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 8
+    for token, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
+        assert value <= 0 and len(top) == 3  # the sampled token is one of the top 3
+        assert top[token] == pytest.approx(value) and value == pytest.approx(max(top.values()))
+        assert sum(math.exp(v) for v in top.values()) <= 1 + 1e-6
+    streamed = [
+        v for c in client.completions.create(**kwargs, stream=True) if c.choices
+        for v in c.choices[0].logprobs.token_logprobs
+    ]
+    assert streamed == pytest.approx(lp.token_logprobs, abs=1e-5)
+
+
+def test_chat_top_logprobs_and_n_choices(client: openai.OpenAI) -> None:
+    full = client.chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=6, temperature=0, logprobs=True, top_logprobs=2,
+        n=2, extra_body={"ignore_eos": True},
+    )
+    assert [c.index for c in full.choices] == [0, 1]
+    assert full.choices[0].message.content == full.choices[1].message.content  # greedy
+    content = full.choices[0].logprobs.content
+    assert len(content) == 6 and all(len(t.top_logprobs) == 2 for t in content)
+    assert all(t.logprob == pytest.approx(t.top_logprobs[0].logprob) for t in content)
+    assert full.usage.completion_tokens == 12

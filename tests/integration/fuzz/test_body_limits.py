@@ -86,9 +86,9 @@ def test_huge_max_tokens_is_400(live_cluster, max_tokens: int) -> None:
     assert error["param"] == "max_tokens" and error["code"] == "context_length_exceeded"
 
 
-def test_n_above_one_and_best_of_are_400(live_cluster) -> None:
-    for field, path in (("n", "/v1/chat/completions"), ("best_of", "/v1/completions")):
-        body = {"model": MODEL, field: 2}
+def test_n_above_sixteen_and_best_of_are_400(live_cluster) -> None:
+    for field, value, path in (("n", 17, "/v1/chat/completions"), ("best_of", 2, "/v1/completions")):
+        body = {"model": MODEL, field: value}
         if path.endswith("chat/completions"):
             body["messages"] = [{"role": "user", "content": "hi"}]
         else:

@@ -12,24 +12,48 @@ import httpx
 from rackserve.config import load_config
 from rackserve.metrics import ProcessMetrics
 from rackserve.timing import TimingModel
-from services._proto import decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
+from services._proto import decode_pb2, decode_pb2_grpc, prefill_pb2, prefill_pb2_grpc
 from services.launcher import DEFAULT_CONFIG
 from services.router.__main__ import build_core
 from services.router.app import FrontDoor, create_app
 from services.router.orchestrator import Orchestrator
 from services.router.router_core import RouterCore
 
+FIRST_TOKEN = 65
+# The logprob the fakes give every token they send (with token 66 as the one alternative).
+FAKE_LOGPROB = prefill_pb2.TokenLogprob(logprob=-0.5, top_ids=[66], top_logprobs=[-0.25])
+
 
 class Prefill(prefill_pb2_grpc.PrefillServicer):
-    """Answers every prefill with first token 65 (the KV handle is not looked at by the fakes)."""
+    """Answers every prefill with FIRST_TOKEN (the KV handle is not looked at by the fakes)."""
 
     async def Prefill(self, request, context):
-        return prefill_pb2.PrefillReply(first_token=65, prefill_sim_s=0.01)
+        first = FAKE_LOGPROB if request.sampling.logprobs else None
+        return prefill_pb2.PrefillReply(
+            first_token=FIRST_TOKEN, prefill_sim_s=0.01, first_logprob=first
+        )
+
+
+class Decode(decode_pb2_grpc.DecodeServicer):
+    """Sends the prefill's token, then one token a chunk: 'B', 'C', ... (by seed: 'b', 'c', ...
+    for an odd seed, so sampled choices differ), each with FAKE_LOGPROB when asked."""
+
+    async def Generate(self, request, context):
+        yield decode_pb2.TokenChunk(token_ids=[request.first_token], sim_time_s=0.001)
+        base = ord("b") if request.sampling.seed % 2 else ord("B")
+        owed = request.sampling.max_tokens - 1
+        for i in range(owed):
+            yield decode_pb2.TokenChunk(
+                token_ids=[base + i % 26],
+                sim_time_s=0.002 * (i + 2),
+                finish_reason="length" if i == owed - 1 else "",
+                logprobs=[FAKE_LOGPROB] if request.sampling.logprobs else [],
+            )
 
 
 @asynccontextmanager
 async def front_door(
-    decode: Callable[[RouterCore], decode_pb2_grpc.DecodeServicer],
+    decode: Callable[[RouterCore], decode_pb2_grpc.DecodeServicer] = lambda core: Decode(),
 ) -> AsyncIterator[tuple[httpx.AsyncClient, RouterCore, str]]:
     """(HTTP client of the front door, its RouterCore, the model id) over `decode(core)`."""
     cfg = load_config(DEFAULT_CONFIG)

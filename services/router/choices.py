@@ -1,0 +1,109 @@
+"""The choices of one request (OpenAI's `n`): each its own trip through the cluster, run at once;
+their text pieces, the logprobs each piece carries, and their streams merged into one.
+
+Choice i samples with seed + i, so choices differ when sampling and are equal when greedy (as in
+vLLM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from services.router.detok import Detokenizer
+from services.router.logprobs import chat_logprobs, completion_logprobs
+from services.router.orchestrator import Orchestrator, Sampling, Trip
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    prompt: list[int]
+    sampling: Sampling
+    stops: list[str]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A text delta of one choice; its output tokens are trip.output_ids[start:end]."""
+
+    text: str
+    finish: str | None
+    start: int
+    end: int
+
+
+def trips(request_id: str, prompt_tokens: int, n: int) -> list[Trip]:
+    """One trip per choice; with several, each routes under its own id."""
+    if n == 1:
+        return [Trip(request_id, prompt_tokens)]
+    return [Trip(f"{request_id}-{i}", prompt_tokens) for i in range(n)]
+
+
+def sampling_of(prep: Prepared, index: int) -> Prepared:
+    return replace(prep, sampling=replace(prep.sampling, seed=(prep.sampling.seed + index) % 2**64))
+
+
+async def run(orch: Orchestrator, trip: Trip, prep: Prepared) -> AsyncIterator[Piece]:
+    """Yield the choice's pieces until it ends (the last one carries its finish_reason)."""
+    detok = Detokenizer(prep.stops)
+    gen = orch.generate(trip, prep.prompt, prep.sampling)
+    start = end = 0
+    try:
+        async for tokens in gen:
+            end += len(tokens)
+            text = detok.push(tokens)
+            if detok.stopped:
+                yield Piece(text, "stop", start, end)
+                return
+            if text:
+                yield Piece(text, None, start, end)
+                start = end
+        yield Piece(detok.flush(), trip.finish_reason or "length", start, end)
+    finally:
+        await gen.aclose()
+
+
+def logprobs_of(trip: Trip, start: int, end: int, chat: bool, offset: int = 0) -> dict:
+    """The OpenAI logprobs object of the trip's output tokens [start, end)."""
+    ids = trip.output_ids[start:end]
+    lps = trip.logprobs[start:end]
+    lps = lps + [None] * (len(ids) - len(lps))  # a request routed again fills them at its end
+    return chat_logprobs(ids, lps) if chat else completion_logprobs(ids, lps, offset)
+
+
+async def merge(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
+    """Items of every stream as they come; the first failure ends it (the rest are cancelled)."""
+    if len(streams) == 1:
+        async for item in streams[0]:
+            yield item
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    async def pump(stream: AsyncIterator[T]) -> None:
+        try:
+            async for item in stream:
+                await queue.put((item, None))
+            await queue.put((done, None))
+        except Exception as exc:  # handed to the consumer, which raises it
+            await queue.put((done, exc))
+
+    tasks = [asyncio.create_task(pump(s)) for s in streams]
+    try:
+        left = len(tasks)
+        while left:
+            item, exc = await queue.get()
+            if exc is not None:
+                raise exc
+            if item is done:
+                left -= 1
+                continue
+            yield item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
