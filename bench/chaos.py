@@ -5,11 +5,14 @@ migrated, ended with a clean retryable error, or were lost; then Ctrl-C. Same co
 tests/integration/reliability/test_chaos.py (tests/integration/reliability/chaos.py).
 
     flock /tmp/rackserve-ray.lock .venv/bin/python bench/chaos.py
-writes bench/results/chaos.json and prints a table.
+writes bench/results/chaos.json, prints a table and rewrites the README's failure table (the block
+between `<!-- chaos:begin -->` and `<!-- chaos:end -->`) from it; `--render` only rewrites the
+block from the JSON already there (tests/unit/test_readme.py checks they agree).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -24,9 +27,46 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.integration.reliability import chaos as run  # noqa: E402
 
 RESULT = Path(__file__).parent / "results" / "chaos.json"
+README = Path(__file__).resolve().parent.parent / "README.md"
+BEGIN, END = "<!-- chaos:begin (bench/chaos.py) -->", "<!-- chaos:end -->"
+FAULT_NAMES = {"rank_actor": "decode rank actor", "decode": "decode service",
+               "prefill": "prefill service", "router": "router", "redis": "Redis"}
+
+
+def render(result: dict) -> str:
+    """The README's failure table from a chaos.json."""
+    rows = [
+        "| fault | requests | completed | migrated | clean errors (in flight at the kill) | lost | "
+        "serving again | messages clients got |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["faults"]:
+        messages = "; ".join(f"`{m}` x{n}" for m, n in r.get("error_messages", {}).items()) or "-"
+        rows.append(
+            f"| {FAULT_NAMES.get(r['fault'], r['fault'])} | {r['requests']} | {r['completed']} | "
+            f"{r['migrated']} | {r['clean_errors']} ({r['clean_errors_of_requests_in_flight_at_the_kill']}) "
+            f"| {r['lost']} | {r['serving_again_after_s']:.1f} s | {messages} |"
+        )
+    ctrl_c = result["ctrl_c"]
+    rows.append("")
+    rows.append(f"{result['clients']} greedy streaming clients, retrying every 0.2 s after a clean error; "
+                f"then Ctrl-C: exit {ctrl_c['exit_code']} in {ctrl_c['seconds']} s.")
+    return "\n".join(rows)
+
+
+def write_readme(result: dict, readme: Path = README) -> None:
+    text = readme.read_text()
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(f"{head}{BEGIN}\n{render(result)}\n{END}{tail}")
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--render", action="store_true", help="only rewrite the README block")
+    if parser.parse_args().render:
+        write_readme(json.loads(RESULT.read_text()))
+        return
     started = time.time()
     launcher = run.start_cluster(Path(tempfile.mkdtemp(prefix="rackserve-chaos-")))
     try:
@@ -58,6 +98,7 @@ def main() -> None:
     print("clean err: retryable answers (503/429, in-band error, dropped connection), clients retrying"
           " every 0.2 s while the part restarts; serving again: from the kill")
     print(f"Ctrl-C: exit {code} in {stop_s:.1f} s; wrote {RESULT}")
+    write_readme(result)
 
 
 if __name__ == "__main__":
