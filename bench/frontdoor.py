@@ -32,7 +32,6 @@ import asyncio  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import signal  # noqa: E402
-import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -44,6 +43,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 import frontdoor_cpu  # noqa: E402
 import frontdoor_floor  # noqa: E402
 import frontdoor_stages  # noqa: E402
+from frontdoor_client import (  # noqa: E402, F401 - names kept for notes/frontdoor_rank_step.py
+    MODEL,
+    OUTPUT_TOKENS,
+    PROMPT_CHARS,
+    RATE_OUTPUT_TOKENS,
+    RESULT,
+    cluster_rate,
+    prompt_text,
+    stream_one,
+    summary,
+)
 
 from rackserve.config import load_config  # noqa: E402
 from rackserve.model import tokenizer  # noqa: E402
@@ -53,19 +63,7 @@ from rackserve.model.sampling import SamplingParams  # noqa: E402
 from services.launcher import DEFAULT_CONFIG  # noqa: E402
 from services.redis_server import free_port  # noqa: E402
 
-RESULT = Path(__file__).parent / "results" / "frontdoor.json"
-MODEL = "rackserve-moe-small"
-PROMPT_CHARS = 64
-OUTPUT_TOKENS = 16
-RATE_OUTPUT_TOKENS = 8
 
-
-def prompt_text(i: int) -> str:
-    """Distinct prompts (no prefix reuse between requests), PROMPT_CHARS bytes each."""
-    return f"req {i:05d} " + ("the rack twin serves tokens " * 4)[: PROMPT_CHARS - 10]
-
-
-# -- in-process --------------------------------------------------------------------------------
 def new_engine() -> Engine:
     cfg = load_config(DEFAULT_CONFIG)
     model = ModelConfig.from_sections(cfg.engine, cfg.engram)
@@ -136,26 +134,6 @@ def start_cluster(port: int) -> tuple[subprocess.Popen, dict[str, str]]:
     raise RuntimeError("rackserve up exited before it was up")
 
 
-async def stream_one(
-    client: httpx.AsyncClient, base: str, i: int, max_tokens: int
-) -> tuple[float, list[float]]:
-    body = {
-        "model": MODEL,
-        "prompt": prompt_text(i),
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-    }
-    t0 = time.perf_counter()
-    arrivals = []
-    async with client.stream("POST", f"{base}/v1/completions", json=body) as reply:
-        async for line in reply.aiter_lines():
-            if line.startswith("data: {"):
-                arrivals.append(time.perf_counter())
-    return arrivals[0] - t0, [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
-
-
 async def cluster_latency(base: str, n: int) -> dict:
     ttfts, itls = [], []
     async with httpx.AsyncClient(timeout=120) as client:
@@ -170,32 +148,7 @@ async def cluster_latency(base: str, n: int) -> dict:
     return {"ttft_ms": summary(ttfts), "itl_ms": summary(itls), "stages_wall_ms": stages}
 
 
-async def cluster_rate(base: str, n: int, concurrency: int) -> dict:
-    queue = list(range(30_000, 30_000 + n))
-
-    async def worker(client: httpx.AsyncClient) -> None:
-        while queue:
-            await stream_one(client, base, queue.pop(), RATE_OUTPUT_TOKENS)
-
-    async with httpx.AsyncClient(
-        timeout=300, limits=httpx.Limits(max_connections=concurrency)
-    ) as client:
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
-        elapsed = time.perf_counter() - t0
-    return {"requests": n, "concurrency": concurrency, "requests_per_s": n / elapsed}
-
-
 # -- report ------------------------------------------------------------------------------------
-def summary(values_s: list[float]) -> dict:
-    ms = sorted(v * 1000 for v in values_s)
-    return {
-        "p50": statistics.median(ms),
-        "p90": ms[int(0.9 * (len(ms) - 1))],
-        "mean": statistics.fmean(ms),
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=24)

@@ -29,7 +29,9 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-import frontdoor  # noqa: E402  (the same client code and workload constants)
+import frontdoor_client  # noqa: E402  (the same client code and workload constants)
+
+from services.redis_server import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ROOT / ".venv-peers"
@@ -126,13 +128,13 @@ def stop(procs: list[subprocess.Popen]) -> None:
 def wait_ready(base: str, procs: list[subprocess.Popen], timeout_s: float) -> None:
     """Until the frontend lists the model and a completion goes through."""
     deadline = time.monotonic() + timeout_s
-    body = {"model": frontdoor.MODEL, "prompt": "ready?", "max_tokens": 1}
+    body = {"model": frontdoor_client.MODEL, "prompt": "ready?", "max_tokens": 1}
     while time.monotonic() < deadline:
         if any(p.poll() is not None for p in procs):
             raise RuntimeError("a Dynamo process exited during start-up (see its log)")
         try:
             models = httpx.get(f"{base}/v1/models", timeout=2).json().get("data", [])
-            if any(m.get("id") == frontdoor.MODEL for m in models):
+            if any(m.get("id") == frontdoor_client.MODEL for m in models):
                 if httpx.post(f"{base}/v1/completions", json=body, timeout=10).status_code == 200:
                     return
         except (httpx.HTTPError, ValueError):
@@ -144,9 +146,9 @@ def wait_ready(base: str, procs: list[subprocess.Popen], timeout_s: float) -> No
 async def chunk_count(base: str) -> int:
     """SSE data chunks of one streamed completion of OUTPUT_TOKENS tokens (checks the load)."""
     body = {
-        "model": frontdoor.MODEL,
-        "prompt": frontdoor.prompt_text(77_777),
-        "max_tokens": frontdoor.OUTPUT_TOKENS,
+        "model": frontdoor_client.MODEL,
+        "prompt": frontdoor_client.prompt_text(77_777),
+        "max_tokens": frontdoor_client.OUTPUT_TOKENS,
         "ignore_eos": True,
         "stream": True,
     }
@@ -164,16 +166,16 @@ async def dynamo_latency(base: str, n: int) -> dict:
     """
     ttfts, itls = [], []
     async with httpx.AsyncClient(timeout=120) as client:
-        await frontdoor.stream_one(client, base, 99_999, 2)
+        await frontdoor_client.stream_one(client, base, 99_999, 2)
         for i in range(n):
-            ttft, gaps = await frontdoor.stream_one(
-                client, base, 20_000 + i, frontdoor.OUTPUT_TOKENS
+            ttft, gaps = await frontdoor_client.stream_one(
+                client, base, 20_000 + i, frontdoor_client.OUTPUT_TOKENS
             )
             ttfts.append(ttft)
             itls += gaps
     return {
-        "ttft_ms": frontdoor.summary(ttfts),
-        "itl_ms": frontdoor.summary(itls) if itls else None,
+        "ttft_ms": frontdoor_client.summary(ttfts),
+        "itl_ms": frontdoor_client.summary(itls) if itls else None,
     }
 
 
@@ -187,27 +189,27 @@ async def non_stream_latency(base: str, n: int) -> dict:
     async with httpx.AsyncClient(timeout=120) as client:
         for i in range(n):
             body = {
-                "model": frontdoor.MODEL,
-                "prompt": frontdoor.prompt_text(20_000 + i),
-                "max_tokens": frontdoor.OUTPUT_TOKENS,
+                "model": frontdoor_client.MODEL,
+                "prompt": frontdoor_client.prompt_text(20_000 + i),
+                "max_tokens": frontdoor_client.OUTPUT_TOKENS,
                 "temperature": 0,
                 "ignore_eos": True,
             }
             t0 = time.perf_counter()
             (await client.post(f"{base}/v1/completions", json=body)).raise_for_status()
             times.append(time.perf_counter() - t0)
-    return {"non_stream_e2e_ms": frontdoor.summary(times)}
+    return {"non_stream_e2e_ms": frontdoor_client.summary(times)}
 
 
 def run_dynamo(requests: int, rate_requests: int, concurrency: int, workers: int = 2) -> dict:
     """Dynamo frontend + `workers` mockers under frontdoor.py's load; figures like ours."""
     tok = make_tokenizer()
-    port = frontdoor.free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="dynamo-bench-") as store:
         env = peer_env(store)
         logs = Path(store)
-        model = ["--model-path", str(tok), "--model-name", frontdoor.MODEL]
+        model = ["--model-path", str(tok), "--model-name", frontdoor_client.MODEL]
         procs = []
         try:
             for w in range(workers):
@@ -228,7 +230,7 @@ def run_dynamo(requests: int, rate_requests: int, concurrency: int, workers: int
             figures = {
                 **asyncio.run(dynamo_latency(base, requests)),
                 **asyncio.run(non_stream_latency(base, requests)),
-                **asyncio.run(frontdoor.cluster_rate(base, rate_requests, concurrency)),
+                **asyncio.run(frontdoor_client.cluster_rate(base, rate_requests, concurrency)),
             }
         finally:
             stop(procs)
@@ -298,14 +300,14 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    result = json.loads(frontdoor.RESULT.read_text())
+    result = json.loads(frontdoor_client.RESULT.read_text())
     result["dynamo"] = run_dynamo(args.requests, args.rate_requests, args.concurrency, args.workers)
     result["dynamo"]["command"] = "bench/frontdoor_dynamo.py " + " ".join(sys.argv[1:])
     result["dynamo"]["load_avg_1m"] = os.getloadavg()[0]
     result["dynamo_ratio"] = comparison(result)
-    frontdoor.RESULT.write_text(json.dumps(result, indent=2) + "\n")
+    frontdoor_client.RESULT.write_text(json.dumps(result, indent=2) + "\n")
     table(result)
-    print(f"(load avg {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus) -> {frontdoor.RESULT}")
+    print(f"(load avg {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus) -> {frontdoor_client.RESULT}")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
+import frontdoor_client  # noqa: E402
+
 from services.event_loop import run as run_loop  # noqa: E402
 from services.event_loop import uvicorn_options  # noqa: E402
 from services.redis_server import free_port  # noqa: E402
@@ -69,19 +71,17 @@ def start(kind: str, loop: str) -> tuple[subprocess.Popen, int]:
 
 
 async def http_floor(n: int, loop: str) -> list[float]:
-    import frontdoor
-
     proc, port = start("http", loop)
     try:
         base = f"http://127.0.0.1:{port}"
         async with httpx.AsyncClient(timeout=30) as client:
             for _ in range(100):  # until it listens
                 try:
-                    await frontdoor.stream_one(client, base, 0, 1)
+                    await frontdoor_client.stream_one(client, base, 0, 1)
                     break
                 except httpx.TransportError:
                     await asyncio.sleep(0.1)
-            return [(await frontdoor.stream_one(client, base, i, 1))[0] for i in range(n)]
+            return [(await frontdoor_client.stream_one(client, base, i, 1))[0] for i in range(n)]
     finally:
         proc.terminate()
         proc.wait(30)
@@ -108,8 +108,6 @@ def run_floor(n: int) -> dict:
     """Per server loop ("uvloop": uvloop + httptools, "asyncio": asyncio + h11), the summaries of
     `n` sequential bare HTTP SSE requests (client TTFT) and `n` bare gRPC unary calls; the
     rounds alternate so both see the same load."""
-    import frontdoor
-
     samples: dict[str, dict[str, list[float]]] = {}
     for _ in range(2):
         for loop in ("uvloop", "asyncio"):
@@ -117,7 +115,7 @@ def run_floor(n: int) -> dict:
             got["http_sse_ttft_ms"] += asyncio.run(http_floor(n // 2, loop))
             got["grpc_unary_ms"] += asyncio.run(grpc_floor(n // 2, loop))
     return {
-        loop: {k: frontdoor.summary(v) for k, v in got.items()} for loop, got in samples.items()
+        loop: {k: frontdoor_client.summary(v) for k, v in got.items()} for loop, got in samples.items()
     }
 
 

@@ -174,7 +174,7 @@ class InstanceLoop:
                 )
         # Unpaced, nothing above awaits: without this the streams woken by the step's tokens
         # would run only once the next step's Ray call is out (~0.4-0.7 ms later on the first
-        # token's path, bench/results/frontdoor_stages.md).
+        # token's path, bench/notes/frontdoor_stages.md).
         await asyncio.sleep(0)
         return bool(self._active - self._behind.keys())
 

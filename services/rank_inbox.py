@@ -4,7 +4,7 @@ A request is admitted by the step call that first computes it: the instance loop
 the submissions queued for it (`Submission`), the actor applies them in order, then steps, and
 answers each one (`AdmitResult`) with the step. A request so costs no Ray call of its own: the
 prefill and the decode admission each rode a separate actor call (~3.5-7 ms each on 2 loaded
-cores, bench/results/frontdoor_stages.md) before the step call that computed the request.
+cores, bench/notes/frontdoor_stages.md) before the step call that computed the request.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ asyncio driver:
 - `compiled_graph`: the tiny call method in a Ray Compiled Graph (`ray.dag`, shared-memory channels,
   `experimental_compile(enable_asyncio=True)`), `await dag.execute_async(x)`.
 
-    .venv/bin/python bench/frontdoor_ray_hop.py [--calls 300]
+    .venv/bin/python bench/notes/frontdoor_ray_hop.py [--calls 300]
 (under flock /tmp/rackserve-ray.lock: it starts a local Ray) writes
-bench/results/frontdoor_ray_hop.json and prints the table.
+bench/notes/frontdoor_ray_hop.json and prints the table.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ import numpy as np
 import ray
 from ray.dag import InputNode
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from rackserve.timing.batch import RankBatch  # noqa: E402
 from services.rank_inbox import AdmitResult, Admitted, Submission  # noqa: E402
 from services.rank_worker import Emitted, RankStep  # noqa: E402
 
-RESULT = Path(__file__).parent / "results" / "frontdoor_ray_hop.json"
+RESULT = Path(__file__).parent / "frontdoor_ray_hop.json"
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def main() -> None:
     finally:
         ray.shutdown()
     result = {
-        "command": "bench/frontdoor_ray_hop.py " + " ".join(sys.argv[1:]),
+        "command": "bench/notes/frontdoor_ray_hop.py " + " ".join(sys.argv[1:]),
         "ray": ray.__version__,
         "load_avg_1m": os.getloadavg()[0],
         "calls": args.calls,

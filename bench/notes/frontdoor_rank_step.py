@@ -14,8 +14,8 @@ step on a prompt never seen before (a repeated prompt is served by the pool and 
 - worker, sharded Engram, a decode between: the same with another engine's 16-token decode before
   each prompt (not timed), as a request's decode runs between two prefills in the cluster.
 
-    .venv/bin/python bench/frontdoor_rank_step.py [--steps 15] [--rounds 6] [--requests 60]
-writes bench/results/frontdoor_rank_step.json and prints a table (p50 ms per step and, for the
+    .venv/bin/python bench/notes/frontdoor_rank_step.py [--steps 15] [--rounds 6] [--requests 60]
+writes bench/notes/frontdoor_rank_step.json and prints a table (p50 ms per step and, for the
 workers, of its `Engine.step`).
 """
 
@@ -41,7 +41,8 @@ import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
 import frontdoor  # noqa: E402  (start_cluster, new_engine, prompt_text, cluster_latency: the same cluster, prompts and reference)
 
 from rackserve.config import load_config  # noqa: E402
@@ -53,7 +54,7 @@ from services.rank_inbox import Submission  # noqa: E402
 from services.rank_worker import RankWorker  # noqa: E402
 from services.redis_server import free_port  # noqa: E402
 
-RESULT = Path(__file__).parent / "results" / "frontdoor_rank_step.json"
+RESULT = Path(__file__).parent / "frontdoor_rank_step.json"
 SWEEP = np.ones(64 << 20, dtype=np.uint8)
 
 
@@ -160,7 +161,7 @@ def main() -> None:
         "steps": actor.get("prefill_rank_step", {}).get("count", 0),
         "step_p50_ms": actor.get("prefill_rank_step", {}).get("p50_ms"),
         "step_mean_ms": actor.get("prefill_rank_step", {}).get("mean_ms"), "engine_step_p50_ms": None}
-    result = {"command": "bench/frontdoor_rank_step.py " + " ".join(sys.argv[1:]), "cpus": os.cpu_count(),
+    result = {"command": "bench/notes/frontdoor_rank_step.py " + " ".join(sys.argv[1:]), "cpus": os.cpu_count(),
               "load_avg_1m": os.getloadavg()[0], "prompt_chars": frontdoor.PROMPT_CHARS, "variants": rows,
               "actor_stages_wall_ms": actor}
     RESULT.write_text(json.dumps(result, indent=2) + "\n")
