@@ -126,6 +126,8 @@ class ClusterKV:
         self._lrus = tuple((key, c.lru, c.match) for key, c in self.caches.items())
         groups = scoped if scoped else [((), pool, paths)]
         self.pools = [PoolTiers(limits) for _, limits, _ in groups]
+        # puts land in spare HBM when the pool has it, else in DRAM (pool.scope instance/agentx)
+        self._put_tier = ["pool_hbm" if limits.hbm_capacity_bytes else "pool_dram" for _, limits, _ in groups]
         self.all_paths = [p for _, _, p in groups]
         self._pool_of = {inst: i for i, (names, _, _) in enumerate(groups) for inst in names}
         self.pool, self.paths = self.pools[0], self.all_paths[0]
@@ -305,8 +307,7 @@ class ClusterKV:
             written = sum(size if i + 1 < len(fresh) else last for i in res.to_write)
             to_write = tuple(fresh[i] for i in res.to_write)
         if to_write:
-            tier = "pool_hbm" if pool.usage("pool_hbm").capacity_bytes else "pool_dram"  # where puts land
-            done = now if paths is None else paths.transfer(now, rank, tier, "write", written)
+            done = now if paths is None else paths.transfer(now, rank, self._put_tier[pi], "write", written)
             lost = self._lost
             if lost:
                 deque(map(lost.__delitem__, lost.keys() & to_write), maxlen=0)
