@@ -54,6 +54,8 @@ class RouterMetrics:
             ["from_role", "to_role"],
             registry=r,
         )
+        for role in ("decode", "prefill"):  # exported at 0 from the start (Prometheus practice:
+            self.migrations.labels(role, role)  # a series that appears only on a fault has no rate)
         self.stale_publishers = Gauge(
             "rackserve_router_stale_publishers",
             "KV event publishers with a gap or silent too long",

@@ -47,4 +47,4 @@ async def test_migration_is_a_counter_not_an_engine_label():
         (s.labels["from_role"], s.labels["to_role"]): s.value
         for s in samples if s.name == "rackserve_migrations_total"
     }
-    assert migrations == {("decode", "decode"): 1.0}
+    assert migrations == {("decode", "decode"): 1.0, ("prefill", "prefill"): 0.0}  # 0 from the start

@@ -177,8 +177,9 @@ class _Tapped(ClusterKV):
         super().__init__(*args)
         self.general, self.closed = PrefixIndex(), PrefixIndex(closed_chains=True)
 
-    def _publish_pool(self) -> None:
-        drain = self.pool.drain
+    def _publish_pool(self, i: int = 0) -> None:
+        pool = self.pools[i]
+        drain = pool.drain
 
         def tapped():
             events, dropped = drain()
@@ -186,11 +187,11 @@ class _Tapped(ClusterKV):
             self.closed.apply_all(events)
             return events, dropped
 
-        self.pool.drain = tapped
+        pool.drain = tapped
         try:
-            super()._publish_pool()
+            super()._publish_pool(i)
         finally:
-            del self.pool.drain
+            del pool.drain
 
 
 def _held_run(lru, hashes) -> int:

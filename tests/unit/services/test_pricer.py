@@ -7,6 +7,7 @@ import pytest
 
 from rackserve.sim.step_cache import CachedTiming
 from rackserve.timing import RankBatch, StepBatch, TimingModel
+from rackserve.timing.speculative import verify_batch
 from services.step_memo import StepMemo
 from services.topology import InstanceSpec
 from services.worker_host import Pricer
@@ -21,7 +22,10 @@ def test_decode_pricer_charges_the_speculative_step_per_accepted_token():
     assert got == tm.decode_token_time(lay, batch)
     off = tm.with_optimizations("rubin-optimized,-mtp")
     plain = off.step_time("decode", lay, batch).total_s
-    assert got.total_s < 0.5 * plain  # ~3.6 tokens per verify step
+    spec = tm.speculative_step_time(lay, verify_batch(batch, tm.speculation.verify_tokens))
+    # one verify step (drafts included) per its expected accepted tokens (2.49 pinned, AgentX)
+    assert got.total_s == pytest.approx(spec.total_s / spec.accepted_tokens)
+    assert spec.accepted_tokens > 2 and got.total_s < plain / 1.2
     prefill = Pricer(tm, InstanceSpec("p0", "prefill", "dep2", 2, 2), "prefill")
     one = StepBatch((RankBatch.of([512]), RankBatch.of([512])))
     assert prefill(one).total_s == pytest.approx(tm.step_time("prefill", tm.layout("dep2"), one).total_s)
