@@ -25,7 +25,7 @@ RAY_ENV = {  # local, loopback-only, offline Ray (ENVIRONMENT.md)
 INTERACTIVITY_KEYS = ("tps_user_e2e_p50", "tps_user_e2e_p90", "tps_user_itl_p50", "tps_user_itl_p90")
 RESULT_KEYS = ("throughput_per_gpu", "output_tps_per_gpu", *INTERACTIVITY_KEYS, "ttft_p50_s", "ttft_p90_s",
                "tpot_p50_s", "tpot_p90_s", "hit_rate", "completed", "arrivals", "prefill_idle_frac",
-               "decode_idle_frac", "cpu_s", "wall_s")
+               "decode_idle_frac", "cpu_s", "wall_s", "valid", "invalid_reasons")
 
 
 def replay_point(rack: dict, config: dict, concurrency: int, window_s: float | None = None) -> dict:

@@ -117,7 +117,9 @@ def report(rack: RackSpec, curves: Curves, rejected: list[dict], replays: Sequen
     x = speed_key(interactivity, percentile)
     screen_pts = [_labelled({**p, "config": cfg, "source": "screen"}, interactivity)
                   for cfg, curve in curves.values() for p in curve]
-    replay_pts = [_labelled(r, interactivity) for r in replays if r.get("completed")]
+    # AgentX drops an invalid run (>1% context overflow, <95% metric coverage) from the frontier
+    replay_pts = [_labelled(r, interactivity) for r in replays if r.get("completed") and r.get("valid") is not False]
+    invalid = [_labelled(r, interactivity) for r in replays if r.get("completed") and r.get("valid") is False]
     basis = replay_pts or screen_pts
     envs = {pc: env_math.envelope(basis, "tps_user_" + pc) for pc in PERCENTILES}
     env = envs[percentile]
@@ -129,7 +131,11 @@ def report(rack: RackSpec, curves: Curves, rejected: list[dict], replays: Sequen
         "schema": SCHEMA, "rack": rack.name, "hardware": rack.timing.get("hardware"), "gpus": rack.gpus,
         "interactivity": interactivity, "percentile": percentile, "targets": list(targets),
         "envelope_source": "replay" if replay_pts else "screen",
-        "points": replay_pts + screen_pts,
+        # screened points of the configurations that matter (on a screen envelope, replayed or planned):
+        # every configuration's full curve would be ~45 MB; each is summarised under "configs"
+        "points": replay_pts + _kept(screen_pts, replay_pts, extra),
+        "invalid_points": invalid,
+        "configs": [_summary(cfg, curve, x) for cfg, curve in curves.values()],
         "envelope": {pc: [_brief(p) for p in e] for pc, e in envs.items()},
         "screen_envelope": {pc: [_brief(p) for p in env_math.envelope(screen_pts, "tps_user_" + pc)]
                             for pc in PERCENTILES},
@@ -139,6 +145,22 @@ def report(rack: RackSpec, curves: Curves, rejected: list[dict], replays: Sequen
         "configs_screened": len(curves), "configs_rejected": rejected, "mix": mix.summary(),
         "cpu_s": cpu_s, **extra,
     }
+
+
+def _kept(screen_pts: list[dict], replay_pts: list[dict], extra: dict) -> list[dict]:
+    keep = {p["config"]["label"] for p in replay_pts}
+    keep |= {c["config"]["label"] for c in extra.get("planned", [])}
+    for pc in PERCENTILES:
+        keep |= {p["config"]["label"] for p in env_math.envelope(screen_pts, "tps_user_" + pc)}
+    return [p for p in screen_pts if p["config"]["label"] in keep]
+
+
+def _summary(cfg: dict, curve: Sequence[dict], x: str) -> dict:
+    """One screened configuration in a line: what bounds it, its predicted peak and best speed."""
+    return {"label": cfg["label"], "gpus": cfg.get("gpus"), "bound": cfg.get("screen_bound"),
+            "note": cfg.get("screen_note"),
+            "peak_throughput_per_gpu": max((p["throughput_per_gpu"] for p in curve), default=None),
+            f"best_{x}": max((p[x] for p in curve), default=None)}
 
 
 def _at_target(env: list[dict], screen_env: list[dict], target: float, x: str, replayed: bool) -> dict | None:
@@ -183,7 +205,8 @@ def search(rack: RackSpec, runner_factory: Callable[[], Runner] | None, interact
     curves, rejected = screen_all(rack, mix)
     screen_cpu = time.process_time() - t0
     replays = [r for r in previous if r.get("source") == "replay" and r["config"]["label"] in curves]
-    cands = plan(curves, targets, x, rack.search.window_s, _cpu_per_request(replays), max_point_cpu_s)
+    cands = plan(curves, targets, x, rack.search.window_s, _cpu_per_request(replays, rack.search.warmup_s),
+                 max_point_cpu_s, warmup_s=rack.search.warmup_s)
     todo = within_budget(cands, budget_cpu_s, {(r["config"]["label"], r["concurrency"]) for r in replays})
     base = {"window_s": rack.search.window_s, "planned": [c.__dict__ for c in cands],
             "code": git_commit(), **(extra or {})}
@@ -206,9 +229,11 @@ def search(rack: RackSpec, runner_factory: Callable[[], Runner] | None, interact
     return build()
 
 
-def _cpu_per_request(replays: Sequence[dict]) -> float:
+def _cpu_per_request(replays: Sequence[dict], warmup_s: float) -> float:
     """CPU seconds per simulated request, from the points already run (else the committed figure)."""
-    rows = [(r["cpu_s"] - CPU_S_PER_POINT, r["arrivals"]) for r in replays if r.get("arrivals") and r.get("cpu_s")]
+    # arrivals count the window only; the warm-up's requests cost as much each
+    rows = [(r["cpu_s"] - CPU_S_PER_POINT, r["arrivals"] * (r["window_s"] + warmup_s) / r["window_s"])
+            for r in replays if r.get("arrivals") and r.get("cpu_s") and r.get("window_s")]
     if not rows:
         return CPU_S_PER_REQUEST
     return max(sum(c for c, _ in rows) / sum(n for _, n in rows), 1e-5)

@@ -14,7 +14,11 @@ from dataclasses import dataclass
 
 from rackserve.search.envelope import THROUGHPUT, envelope
 
-CPU_S_PER_REQUEST = 1.0e-3  # bench/results/agentx-rack frontier900-*: 0.68-1.3 ms per completed request
+# CPU s per request the replay simulates, warm-up included: measured 2026-12-05 on this machine
+# (replay_point, code of issues 31/32): nvl72-vr200 dep2x16+wideep32 seqs64 chunk16k, 4,000 lanes,
+# 60 s warm-up + 60 s window: 77.9 CPU s for ~55k requests (1.4 ms); nvl72-gb300 dep2x4+tp8x4, 83
+# lanes, 60 + 120 s: 4.9 CPU s. A search refines it from its own points (frontier._cpu_per_request).
+CPU_S_PER_REQUEST = 1.5e-3
 CPU_S_PER_POINT = 6.0  # reading and hashing the trace, building the simulator
 FLANKS = (0.8, 1.25)
 MIN_WINDOW_S = 120.0  # shortest replay window a cut may give: the release transient is ~10-20 s  # lanes around a target's crossing, so the replays bracket it
@@ -54,7 +58,7 @@ def _rate_at(curve: Sequence[dict], lanes: int) -> float:
 
 def plan(curves: dict[str, tuple[dict, list[dict]]], targets: Sequence[float], x: str, window_s: float,
          cpu_s_per_request: float = CPU_S_PER_REQUEST, max_point_cpu_s: float | None = None,
-         min_window_s: float = MIN_WINDOW_S) -> list[Candidate]:
+         min_window_s: float = MIN_WINDOW_S, warmup_s: float = 0.0) -> list[Candidate]:
     """Replay candidates by priority. `curves`: label -> (config dict, screen points). With
     `max_point_cpu_s`, a point whose full window would cost more gets a window cut to fit (never
     under `min_window_s`); the point records its window."""
@@ -69,8 +73,10 @@ def plan(curves: dict[str, tuple[dict, list[dict]]], targets: Sequence[float], x
         rate = _rate_at(curve, lanes)
         win = window_s
         if max_point_cpu_s is not None:  # a point too dear for the full window gets a shorter one
-            win = min(window_s, max(min_window_s, (max_point_cpu_s - CPU_S_PER_POINT) / (cpu_s_per_request * rate)))
-        cand = Candidate(cfg, int(lanes), why, CPU_S_PER_POINT + cpu_s_per_request * rate * win, float(win))
+            fits = (max_point_cpu_s - CPU_S_PER_POINT) / (cpu_s_per_request * rate) - warmup_s
+            win = min(window_s, max(min_window_s, fits))
+        est = CPU_S_PER_POINT + cpu_s_per_request * rate * (win + warmup_s)
+        cand = Candidate(cfg, int(lanes), why, est, float(win))
         if all(c.key != cand.key for c in out):
             out.append(cand)
 

@@ -7,8 +7,9 @@ import pytest
 from rackserve.search.mix import mix_of
 from rackserve.search.plan import plan, within_budget
 from rackserve.search.rack import configurations, load_rack, scenario_of
-from rackserve.search.screen import TimingCache, screen_config
+from rackserve.search.screen import TimingCache, decode_kv_slots, screen_config
 from rackserve.sim.run import simulate
+from rackserve.sim.sizing import size_scenario
 
 ROOT = Path(__file__).resolve().parents[3]
 SMALL = """
@@ -78,6 +79,22 @@ def test_the_screen_climbs_to_its_bound_then_only_queues(rack, mix):
     assert all(p["tps_user_e2e_p90"] <= p["tps_user_itl_p50"] for p in pts)  # TTFT counts against E2E
     more = next(c for c in configurations(rack) if c.prefill_count == 4 and c.decode_layout == "wide-ep" and c.mtp)
     assert screen_config(rack, more, mix, TimingCache()).capacity_rps > curve.capacity_rps
+
+
+def test_the_decode_batch_cap_is_the_ranks_kv_memory_not_the_one_lane_holding(rack, mix):
+    """A configuration's decode sequences are capped by max_num_seqs or by the KV its rank's memory
+    holds at the mix's context, whatever the one-lane scenario the screen sizes from estimates
+    (sizing keeps the P99 holding of the scenario's lanes and lends the rest to the pool)."""
+    cfg = next(c for c in configurations(rack) if c.decode_layout == "wide-ep" and c.mtp)
+    sc = scenario_of(rack, cfg)
+    sizing = size_scenario(sc)
+    ctx = int((mix.prompt + mix.output / 2).mean())
+    slots = decode_kv_slots(sc, sizing, ctx)
+    assert slots > sizing.decode_kv_tokens[0] // ctx  # more than the one lane's holding
+    rank = sizing.capacity.decode[0]
+    assert slots * ctx * sizing.kv_bytes_per_token <= rank.memory.kv_bytes
+    curve = screen_config(rack, cfg, mix, TimingCache())
+    assert f"batch cap {min(slots, cfg.decode_max_num_seqs)})" in curve.note
 
 
 def test_mtp_off_is_slower_per_user_at_low_load(rack, mix):

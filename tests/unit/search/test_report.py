@@ -65,3 +65,26 @@ def test_a_target_below_the_replayed_range_takes_the_screens_answer_and_says_so(
     assert at["250"]["throughput_per_gpu"] > 1000  # between the screen's (400, 500) and (200, 1500)
     assert at["950"]["source"] == "screen"  # no replay reaches 950 but the screen's fast curve does
     assert at["2000"] is None  # nothing reaches it: null, never the peak
+
+
+def test_an_invalid_run_stays_off_the_envelope_and_is_listed():
+    """AgentX: a run with >1% context overflow or <95% metric coverage is invalid, not a point."""
+    bad = {**replay("huge", 1000, 5000, 900, 1000), "valid": False, "invalid_reasons": ["overflow 3%"]}
+    rep = report(RACK, {}, [], [*REPLAYS, bad], MIX, "e2e", "p90", [387], {}, {})
+    assert "huge" not in {p["config"]["label"] for p in rep["envelope"]["p90"]}
+    assert rep["peak"]["config"]["label"] == "busy"
+    assert [p["config"]["label"] for p in rep["invalid_points"]] == ["huge"]
+
+
+def test_screened_points_are_kept_only_for_configurations_that_matter_and_each_is_summarised():
+    curves = {**CURVES, "slow": ({"label": "slow"}, [{"concurrency": 5, "throughput_per_gpu": 1, "tps_user_e2e_p90": 10,
+                                                       "tps_user_e2e_p50": 10}])}
+    for _, pts in curves.values():
+        for p in pts:
+            p.setdefault("tps_user_e2e_p50", p["tps_user_e2e_p90"])
+    rep = report(RACK, curves, [], [], MIX, "e2e", "p90", [387], {}, {"planned": []})
+    kept = {p["config"]["label"] for p in rep["points"]}
+    assert "slow" not in kept and {"fast", "busy"} <= kept  # slow is dominated everywhere
+    summary = {c["label"]: c for c in rep["configs"]}
+    assert set(summary) == {"fast", "busy", "slow"}
+    assert summary["busy"]["peak_throughput_per_gpu"] == 1500
