@@ -123,7 +123,8 @@ def report(rack: RackSpec, curves: Curves, rejected: list[dict], replays: Sequen
     basis = replay_pts or screen_pts
     envs = {pc: env_math.envelope(basis, "tps_user_" + pc) for pc in PERCENTILES}
     env = envs[percentile]
-    screen_env = env_math.envelope(screen_pts, "tps_user_" + percentile)
+    screen_envs = {pc: env_math.envelope(screen_pts, "tps_user_" + pc) for pc in PERCENTILES}
+    screen_env = screen_envs[percentile]
     at = {f"{t:g}": _at_target(env, screen_env, t, "tps_user_" + percentile, bool(replay_pts)) for t in targets}
     peak = max(basis, key=lambda p: p["throughput_per_gpu"], default=None)
     lo, hi = (min(targets), max(targets)) if targets else (0.0, 0.0)
@@ -133,12 +134,11 @@ def report(rack: RackSpec, curves: Curves, rejected: list[dict], replays: Sequen
         "envelope_source": "replay" if replay_pts else "screen",
         # screened points of the configurations that matter (on a screen envelope, replayed or planned):
         # every configuration's full curve would be ~45 MB; each is summarised under "configs"
-        "points": replay_pts + _kept(screen_pts, replay_pts, extra),
+        "points": replay_pts + _kept(screen_pts, replay_pts, screen_envs, extra),
         "invalid_points": invalid,
         "configs": [_summary(cfg, curve, x) for cfg, curve in curves.values()],
         "envelope": {pc: [_brief(p) for p in e] for pc, e in envs.items()},
-        "screen_envelope": {pc: [_brief(p) for p in env_math.envelope(screen_pts, "tps_user_" + pc)]
-                            for pc in PERCENTILES},
+        "screen_envelope": {pc: [_brief(p) for p in e] for pc, e in screen_envs.items()},
         "at_target": at, "peak": _brief(peak) if peak else None,
         "area": env_math.area(env, lo, hi, "tps_user_" + percentile), "area_range": [lo, hi],
         "screen_error": screen_error(curves, replay_pts, x),
@@ -147,11 +147,12 @@ def report(rack: RackSpec, curves: Curves, rejected: list[dict], replays: Sequen
     }
 
 
-def _kept(screen_pts: list[dict], replay_pts: list[dict], extra: dict) -> list[dict]:
+def _kept(screen_pts: list[dict], replay_pts: list[dict], screen_envs: dict[str, list[dict]],
+          extra: dict) -> list[dict]:
     keep = {p["config"]["label"] for p in replay_pts}
     keep |= {c["config"]["label"] for c in extra.get("planned", [])}
-    for pc in PERCENTILES:
-        keep |= {p["config"]["label"] for p in env_math.envelope(screen_pts, "tps_user_" + pc)}
+    for e in screen_envs.values():
+        keep |= {p["config"]["label"] for p in e}
     return [p for p in screen_pts if p["config"]["label"] in keep]
 
 
@@ -230,7 +231,7 @@ def search(rack: RackSpec, runner_factory: Callable[[], Runner] | None, interact
 
 
 def _cpu_per_request(replays: Sequence[dict], warmup_s: float) -> float:
-    """CPU seconds per simulated request, from the points already run (else the committed figure)."""
+    """CPU seconds per simulated request, from the points already run (else plan's measured figure)."""
     # arrivals count the window only; the warm-up's requests cost as much each
     rows = [(r["cpu_s"] - CPU_S_PER_POINT, r["arrivals"] * (r["window_s"] + warmup_s) / r["window_s"])
             for r in replays if r.get("arrivals") and r.get("cpu_s") and r.get("window_s")]

@@ -20,8 +20,8 @@ from rackserve.search.envelope import THROUGHPUT, envelope
 # lanes, 60 + 120 s: 4.9 CPU s. A search refines it from its own points (frontier._cpu_per_request).
 CPU_S_PER_REQUEST = 1.5e-3
 CPU_S_PER_POINT = 6.0  # reading and hashing the trace, building the simulator
-FLANKS = (0.8, 1.25)
-MIN_WINDOW_S = 120.0  # shortest replay window a cut may give: the release transient is ~10-20 s  # lanes around a target's crossing, so the replays bracket it
+FLANKS = (0.8, 1.25)  # lanes around a target's crossing, so the replays bracket it
+MIN_WINDOW_S = 120.0  # shortest replay window a cut may give: the release transient is ~10-20 s
 
 
 @dataclass(frozen=True)

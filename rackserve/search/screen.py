@@ -71,10 +71,10 @@ class TimingCache:
         return self._tables[key]
 
 
-def decode_kv_slots(scenario, sizing, ctx: int) -> int:
+def decode_kv_slots(sizing, ctx: int) -> int:
     """Sequences of `ctx` tokens a decode rank's KV can hold: its whole KV memory (a rank keeps what
     its batch holds and lends the rest to the pool, issue 31), or the scenario's KV-token override."""
-    if "decode_kv_tokens_per_rank" in scenario.sim.model_fields_set:
+    if "sim.decode_kv_tokens_per_rank" in sizing.overrides:
         return int(sizing.decode_kv_tokens[0] // max(ctx, 1))
     cap = sizing.capacity
     per_seq = ctx * cap.kv_bytes_per_token + cap.window_buffer_bytes
@@ -163,7 +163,7 @@ def screen_config(rack: RackSpec, config: Config, mix: Mix, cache: TimingCache) 
 
     # decode
     d_ranks = config.decode_count * dl.dp
-    b_cap = max(1, min(sizing.decode_max_seqs[0], decode_kv_slots(sc, sizing, ctx)))
+    b_cap = max(1, min(sizing.decode_max_seqs[0], decode_kv_slots(sizing, ctx)))
     b_grid, tpot_grid = cache.memo(("tpot", id(tm), dl.key, b_cap, ctx), lambda: _tpot_table(tm, dl, b_cap, ctx))
     out_mean = float(out.mean())
     x_dec = d_ranks * b_cap / (max(out_mean - 1, 1.0) * tpot_grid[-1])

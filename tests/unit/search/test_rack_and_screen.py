@@ -89,7 +89,7 @@ def test_the_decode_batch_cap_is_the_ranks_kv_memory_not_the_one_lane_holding(ra
     sc = scenario_of(rack, cfg)
     sizing = size_scenario(sc)
     ctx = int((mix.prompt + mix.output / 2).mean())
-    slots = decode_kv_slots(sc, sizing, ctx)
+    slots = decode_kv_slots(sizing, ctx)
     assert slots > sizing.decode_kv_tokens[0] // ctx  # more than the one lane's holding
     rank = sizing.capacity.decode[0]
     assert slots * ctx * sizing.kv_bytes_per_token <= rank.memory.kv_bytes
