@@ -1,6 +1,7 @@
 """Which configurations and concurrencies to confirm by replay: those the screen puts on its
 envelope where the answer is read (at each target, at the peak), with neighbours that bracket each
-target, then runners-up and the rest of the envelope, in that order, until the CPU budget is spent.
+target, then runners-up and the rest of the envelope (spread evenly along interactivity), in that
+order, until the CPU budget is spent.
 
 The cost of a replay point is predicted from the screen's request rate (a discrete-event run costs
 roughly a fixed CPU time per request it simulates; `CPU_S_PER_REQUEST` is measured on this machine
@@ -101,8 +102,29 @@ def plan(curves: dict[str, tuple[dict, list[dict]]], targets: Sequence[float], x
         second = max((p for p in pts if p["label"] != peak["label"]), key=lambda p: p[THROUGHPUT], default=None)
         if second:
             add(second["label"], second["concurrency"], "runner-up peak (screen)")
-    for p in sorted(env, key=lambda p: -p[THROUGHPUT]):
-        add(p["label"], p["concurrency"], "on the screen's envelope")
+    along = sorted(env, key=lambda p: p[x])
+    for i in spread(len(along)):  # the rest of the envelope, evenly along interactivity first
+        add(along[i]["label"], along[i]["concurrency"], "on the screen's envelope")
+    return out
+
+
+def spread(n: int) -> list[int]:
+    """0..n-1 in van der Corput order (0, n/2, n/4, 3n/4, ...): any prefix covers the range
+    roughly evenly, so a budget that stops part-way still confirms points along the whole curve."""
+    out: list[int] = []
+    seen: set[int] = set()
+    k = 0
+    while len(out) < n:
+        v, f, m = 0.0, 0.5, k
+        while m:
+            v += f * (m & 1)
+            m >>= 1
+            f /= 2
+        i = min(int(v * n), n - 1)
+        if i not in seen:
+            seen.add(i)
+            out.append(i)
+        k += 1
     return out
 
 

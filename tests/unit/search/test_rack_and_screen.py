@@ -132,3 +132,29 @@ def test_plan_reads_targets_and_peak_first_and_keeps_to_the_budget(rack, mix):
     assert sum(c.est_cpu_s for c in cheap) <= 2 * max(c.est_cpu_s for c in cands[:2])
     done = {cands[0].key}
     assert cands[0] not in within_budget(cands, None, done)
+
+
+def test_spread_covers_the_range_evenly_from_any_prefix():
+    from rackserve.search.plan import spread
+
+    order = spread(10)
+    assert sorted(order) == list(range(10))
+    assert order[:2] == [0, 5]
+    assert set(order[:4]) == {0, 2, 5, 7}  # quarters before neighbours
+    assert spread(1) == [0] and spread(0) == []
+
+
+def test_the_rest_of_the_envelope_is_planned_along_interactivity_not_by_throughput(rack, mix):
+    cache = TimingCache()
+    curves = {}
+    for cfg in configurations(rack):
+        c = screen_config(rack, cfg, mix, cache)
+        curves[cfg.label] = (cfg.to_dict(), c.points)
+    x = "tps_user_e2e_p90"
+    rest = [c for c in plan(curves, [387, 1000], x, 60) if c.why == "on the screen's envelope"]
+    if len(rest) < 3:
+        pytest.skip("envelope too short on the test rack")
+    inter = {(lab, p["concurrency"]): p[x] for lab, (_, pts) in curves.items() for p in pts}
+    first = [inter[c.key] for c in rest[:3]]
+    # highest-throughput-first would give three neighbours at the slow end; the spread does not
+    assert max(first) - min(first) > 0.3 * (max(inter[c.key] for c in rest) - min(inter[c.key] for c in rest))
