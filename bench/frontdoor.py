@@ -50,6 +50,7 @@ from frontdoor_client import (  # noqa: E402, F401 - names kept for notes/frontd
     RATE_OUTPUT_TOKENS,
     RESULT,
     cluster_rate,
+    non_stream_latency,
     prompt_text,
     stream_one,
     summary,
@@ -63,9 +64,15 @@ from rackserve.model.sampling import SamplingParams  # noqa: E402
 from services.launcher import DEFAULT_CONFIG  # noqa: E402
 from services.redis_server import free_port  # noqa: E402
 
+ENGINE = "real"  # --engine: the cluster's ranks and the in-process baseline alike
+
 
 def new_engine() -> Engine:
     cfg = load_config(DEFAULT_CONFIG)
+    if ENGINE == "mock":  # the ranks of `rackserve up --engine mock`: the model's work is gone
+        from rackserve.model.mock_engine import MockEngine
+
+        return MockEngine.from_deployment(cfg)
     model = ModelConfig.from_sections(cfg.engine, cfg.engram)
     return Engine.from_config(
         model,
@@ -78,17 +85,17 @@ def new_engine() -> Engine:
 def in_process_latency(n: int) -> dict:
     """TTFT and ITL of `n` requests, half before the cluster's phase and half after it (the
     load of a shared machine drifts: both windows are represented)."""
-    ttfts, itls = in_process_samples(n - n // 2)
-    return {"ttft_s": ttfts, "itl_s": itls}
+    ttfts, itls, e2es = in_process_samples(n - n // 2)
+    return {"ttft_s": ttfts, "itl_s": itls, "e2e_s": e2es}
 
 
-def in_process_samples(n: int) -> tuple[list[float], list[float]]:
+def in_process_samples(n: int) -> tuple[list[float], list[float], list[float]]:
     engine = new_engine()
     warm = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
     engine.add_request("warm-up", tokenizer.encode(prompt_text(99_999)), warm)
     while engine.has_unfinished():
         engine.step()
-    ttfts, itls = [], []
+    ttfts, itls, e2es = [], [], []
     for i in range(n):
         params = SamplingParams(max_tokens=OUTPUT_TOKENS, temperature=0.0, ignore_eos=True)
         t0 = time.perf_counter()
@@ -98,8 +105,9 @@ def in_process_samples(n: int) -> tuple[list[float], list[float]]:
             if any(o.token is not None for o in engine.step().outputs):
                 times.append(time.perf_counter())
         ttfts.append(times[0] - t0)
+        e2es.append(times[-1] - t0)
         itls += [b - a for a, b in zip(times, times[1:], strict=False)]
-    return ttfts, itls
+    return ttfts, itls, e2es
 
 
 def in_process_rate(n: int) -> dict:
@@ -118,7 +126,7 @@ def start_cluster(port: int) -> tuple[subprocess.Popen, dict[str, str]]:
     """`rackserve up` unpaced; returns it and the addresses it prints ("redis", "kv pool (gRPC)", ...)."""
     env = {**os.environ, "RACKSERVE_CLUSTER__TIME_SCALE": "0"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "services.launcher", "--port", str(port)],
+        [sys.executable, "-m", "services.launcher", "--port", str(port), "--engine", ENGINE],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -155,7 +163,12 @@ def main() -> None:
     parser.add_argument("--rate-requests", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--dynamo", action="store_true", help="also run Dynamo frontend + mocker")
+    parser.add_argument("--engine", default="real", choices=("real", "mock"),
+                        help="mock: rackserve's mock ranks (no model math), the equal-work peer of "
+                             "Dynamo's mocker; the run is stored under 'mock' in the JSON")
     args = parser.parse_args()
+    global ENGINE
+    ENGINE = args.engine
     first = in_process_latency(args.requests)
     port = free_port()
     proc, _ = start_cluster(port)
@@ -165,6 +178,8 @@ def main() -> None:
         t0 = time.perf_counter()
         latency = asyncio.run(cluster_latency(base, args.requests))
         wall_s = time.perf_counter() - t0
+        if ENGINE == "mock":
+            latency |= asyncio.run(non_stream_latency(base, args.requests))
         cpu = frontdoor_cpu.per_role_ms(cpu_before, frontdoor_cpu.snapshot(proc.pid), args.requests)
         cluster = {
             **latency,
@@ -175,10 +190,11 @@ def main() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(120)
-    ttfts, itls = in_process_samples(args.requests // 2)
+    ttfts, itls, e2es = in_process_samples(args.requests // 2)
     local = {
         "ttft_ms": summary(first["ttft_s"] + ttfts),
         "itl_ms": summary(first["itl_s"] + itls),
+        "e2e_ms": summary(first["e2e_s"] + e2es),
         **in_process_rate(args.rate_requests),
     }
     result = {
@@ -193,6 +209,7 @@ def main() -> None:
             "output_tokens": OUTPUT_TOKENS,
             "rate_output_tokens": RATE_OUTPUT_TOKENS,
             "time_scale": 0,
+            "engine": ENGINE,
         },
         "in_process": local,
         "cluster": cluster,
@@ -215,7 +232,20 @@ def main() -> None:
         )
         result["dynamo"]["load_avg_1m"] = os.getloadavg()[0]
         result["dynamo_ratio"] = frontdoor_dynamo.comparison(result)
-    RESULT.write_text(json.dumps(result, indent=2) + "\n")
+    if ENGINE == "mock":
+        result["overhead_ms"]["non_stream_e2e_p50"] = (cluster["non_stream_e2e_ms"]["p50"]
+                                                      - local["e2e_ms"]["p50"])
+        if result["dynamo"]:
+            result["ttft_p50_mock_overhead_over_dynamo"] = frontdoor_dynamo.mock_comparison(result)
+        stored = json.loads(RESULT.read_text()) if RESULT.exists() else {}
+        stored["mock"] = result
+        if "ttft_p50_mock_overhead_over_dynamo" in result:
+            stored["ttft_p50_mock_overhead_over_dynamo"] = result["ttft_p50_mock_overhead_over_dynamo"]
+        RESULT.write_text(json.dumps(stored, indent=2) + "\n")
+    else:
+        stored = json.loads(RESULT.read_text()) if RESULT.exists() else {}
+        keep = {k: stored[k] for k in ("mock", "ttft_p50_mock_overhead_over_dynamo") if k in stored}
+        RESULT.write_text(json.dumps({**result, **keep}, indent=2) + "\n")
     print(f"{'':24s}{'in-process':>12s}{'cluster':>12s}{'overhead':>12s}")
     for key in ("ttft_ms", "itl_ms"):
         a, b = local[key]["p50"], cluster[key]["p50"]

@@ -67,3 +67,26 @@ async def cluster_rate(base: str, n: int, concurrency: int) -> dict:
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
         elapsed = time.perf_counter() - t0
     return {"requests": n, "concurrency": concurrency, "requests_per_s": n / elapsed}
+
+
+async def non_stream_latency(base: str, n: int) -> dict:
+    """Request -> full non-streamed reply of OUTPUT_TOKENS tokens, same prompts as the latency run.
+
+    Dynamo's streamed replies carry a ~40 ms stall on most requests here (a TCP delayed-ACK-like
+    gap on the SSE path) that its non-streamed replies do not, so both are recorded (for
+    Dynamo, and for our mock-rank cluster beside it).
+    """
+    times = []
+    async with httpx.AsyncClient(timeout=120) as client:
+        for i in range(n):
+            body = {
+                "model": MODEL,
+                "prompt": prompt_text(20_000 + i),
+                "max_tokens": OUTPUT_TOKENS,
+                "temperature": 0,
+                "ignore_eos": True,
+            }
+            t0 = time.perf_counter()
+            (await client.post(f"{base}/v1/completions", json=body)).raise_for_status()
+            times.append(time.perf_counter() - t0)
+    return {"non_stream_e2e_ms": summary(times)}

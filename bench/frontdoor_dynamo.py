@@ -179,28 +179,6 @@ async def dynamo_latency(base: str, n: int) -> dict:
     }
 
 
-async def non_stream_latency(base: str, n: int) -> dict:
-    """Request -> full non-streamed reply of OUTPUT_TOKENS tokens, same prompts as the latency run.
-
-    Dynamo's streamed replies carry a ~40 ms stall on most requests here (a TCP delayed-ACK-like
-    gap on the SSE path) that its non-streamed replies do not, so both are recorded.
-    """
-    times = []
-    async with httpx.AsyncClient(timeout=120) as client:
-        for i in range(n):
-            body = {
-                "model": frontdoor_client.MODEL,
-                "prompt": frontdoor_client.prompt_text(20_000 + i),
-                "max_tokens": frontdoor_client.OUTPUT_TOKENS,
-                "temperature": 0,
-                "ignore_eos": True,
-            }
-            t0 = time.perf_counter()
-            (await client.post(f"{base}/v1/completions", json=body)).raise_for_status()
-            times.append(time.perf_counter() - t0)
-    return {"non_stream_e2e_ms": frontdoor_client.summary(times)}
-
-
 def run_dynamo(requests: int, rate_requests: int, concurrency: int, workers: int = 2) -> dict:
     """Dynamo frontend + `workers` mockers under frontdoor.py's load; figures like ours."""
     tok = make_tokenizer()
@@ -229,7 +207,7 @@ def run_dynamo(requests: int, rate_requests: int, concurrency: int, workers: int
             chunks = asyncio.run(chunk_count(base))
             figures = {
                 **asyncio.run(dynamo_latency(base, requests)),
-                **asyncio.run(non_stream_latency(base, requests)),
+                **asyncio.run(frontdoor_client.non_stream_latency(base, requests)),
                 **asyncio.run(frontdoor_client.cluster_rate(base, rate_requests, concurrency)),
             }
         finally:
@@ -243,6 +221,21 @@ def run_dynamo(requests: int, rate_requests: int, concurrency: int, workers: int
         "tokenizer": "local byte-level BPE, no merges (1 byte = 1 token), .venv-peers/tok",
         "sse_chunks_per_16_token_stream": chunks,
         **figures,
+    }
+
+
+def mock_comparison(result: dict) -> dict:
+    """Equal work (issue 35 item 4): our front door over mock ranks (no model math) against
+    Dynamo's frontend over mockers (no model math, steps / speedup ratio). Ours is the mock
+    cluster less the in-process mock engine, Dynamo's its whole latency; goal <= 1 each.
+    "streamed": TTFT (request -> first SSE chunk) against Dynamo's streamed TTFT (its one chunk
+    carries all tokens, see `comparison`); "non_streamed": request -> whole 16-token reply, both."""
+    ours, dyn = result["overhead_ms"], result["dynamo"]
+    return {
+        "streamed": ours["ttft_p50"] / dyn["ttft_ms"]["p50"],
+        "non_streamed": ours["non_stream_e2e_p50"] / dyn["non_stream_e2e_ms"]["p50"],
+        "ours_ms": {"ttft_p50": ours["ttft_p50"], "non_stream_e2e_p50": ours["non_stream_e2e_p50"]},
+        "dynamo_ms": {"ttft_p50": dyn["ttft_ms"]["p50"], "non_stream_e2e_p50": dyn["non_stream_e2e_ms"]["p50"]},
     }
 
 
