@@ -241,6 +241,18 @@ ROUTER = (
         "timeseries",
         quantiles("rackserve_cached_tokens_prediction_error_tokens")[1:],
     ),
+    Panel(
+        "Routing regret per decision, mean (simulated)",
+        "timeseries",
+        (
+            (
+                f"sum by (policy) (rate(rackserve_router_regret_seconds_sum[{R}]))"
+                f" / sum by (policy) (rate(rackserve_router_regret_seconds_count[{R}]))",
+                "{{policy}}",
+            ),
+        ),
+        "s",
+    ),
     Panel("Index size (blocks)", "stat", (("max(rackserve_router_index_blocks)", "blocks"),)),
     Panel(
         "KV event lag P90 (wall)",

@@ -25,6 +25,15 @@ class RouterMetrics:
             ["policy", *RANK_LABELS],
             registry=r,
         )
+        self.regret = Histogram(
+            "rackserve_router_regret_seconds",
+            "Routing regret per decision, simulated seconds: the chosen prefill rank's cost (queued "
+            "work + uncached compute + pool transfers) with the hit it delivered, less the cheapest "
+            "rank's at the decision (rackserve/routing/regret.py; the simulator's regret_mean_s)",
+            ["policy"],
+            buckets=(0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, float("inf")),
+            registry=r,
+        )
         self.index_blocks = Gauge(
             "rackserve_router_index_blocks",
             "Block entries in the router's KV prefix index",

@@ -64,6 +64,7 @@ class Router:
             policy=self.policy.name,
             decode_instance=None if decode is None else decode.instance,
             decode_dp_rank=None if decode is None else decode.dp_rank,
+            match=match,
         )
         if request.request_id:
             self.records.record(request.request_id, decision, request.prompt_tokens)

@@ -150,6 +150,8 @@ class Decision:
     policy: str
     decode_instance: str | None = None
     decode_dp_rank: int | None = None
+    # the prefix index's answer the decision was made on (rackserve.routing.match.PrefixMatch)
+    match: object = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> RankId:

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from rackserve.kv.events import KVEvent
 from rackserve.metrics import ProcessMetrics, RankKey
 from rackserve.routing.cost import CostModel
+from rackserve.routing.match import PrefixMatch
+from rackserve.routing.regret import regret_s
 from rackserve.routing.router import Router
-from rackserve.routing.view import ClusterView, NoRankAvailable, RankState, RequestView
+from rackserve.routing.view import ClusterView, NoRankAvailable, PrefixHit, RankState, RequestView
 from services.topology import InstanceSpec
 
 
@@ -41,6 +43,9 @@ class Route:
     predicted_hit_tokens: int
     policy: str
     booking: Booking = Booking(0, 0.0, 0)
+    # what the decision saw, for its regret once the prefill rank says what it delivered
+    seen: tuple[RequestView, tuple[RankState, ...], PrefixMatch, PrefixHit] | None = field(
+        default=None, compare=False, repr=False)
 
 
 PARTS = ("prefill", "decode")
@@ -66,6 +71,7 @@ class RouterCore:
         self._down: dict[tuple[str, int], set[str]] = {}  # why a rank is out of routing
         self._ranks: dict[tuple[str, int], RankState] = {}
         self._held: dict[str, tuple[Route, set[str]]] = {}  # request id -> its booked parts
+        metrics.router.regret.labels(policy=router.policy.name)  # exported at 0 from the start
         for spec in [*prefill, *decode]:
             for r in range(spec.dp_ranks):
                 self._ranks[(spec.name, r)] = RankState(spec.name, r, spec.layout, spec.role)
@@ -85,7 +91,8 @@ class RouterCore:
         started = time.perf_counter()
         with self._lock:  # the index is fed from the KV-event thread
             self._release_locked(request_id, PARTS)
-            decision = self.router.route(request, ClusterView(tuple(self._ranks.values())))
+            view = ClusterView(tuple(self._ranks.values()))
+            decision = self.router.route(request, view)
             if decision.decode_instance is None or decision.decode_dp_rank is None:
                 raise NoRankAvailable("cluster: no decode rank", "decode")
             route = Route(
@@ -96,6 +103,7 @@ class RouterCore:
                 decision.decode_dp_rank,
                 decision.predicted.total,
                 decision.policy,
+                seen=(request, view.prefill_ranks(), decision.match, decision.predicted),
             )
             route = replace(route, booking=self._booking(route, len(prompt), max_tokens))
             self._book_locked(route)
@@ -165,6 +173,23 @@ class RouterCore:
         self.metrics.cache.record_decision_outcome(
             rank, route.predicted_hit_tokens, delivered_hit_tokens
         )
+        regret = self.regret_s(route, delivered_hit_tokens)
+        if regret is not None:
+            self.metrics.router.regret.labels(policy=route.policy).observe(regret)
+
+    def regret_s(self, route: Route, delivered_hit_tokens: int) -> float | None:
+        """The decision's regret (rackserve/routing/regret.py) with the chosen rank's delivered
+        hit: the ranks as the decision saw them (queued work, prefix index), the chosen one priced
+        with what it really found. Delivered tokens fill the predicted tiers in order (rank HBM,
+        pool HBM, then DRAM). None without a cost model."""
+        if route.seen is None or self.cost is None:
+            return None
+        request, ranks, match, predicted = route.seen
+        rank = min(delivered_hit_tokens, predicted.rank_hbm)
+        pool_hbm = min(delivered_hit_tokens - rank, predicted.pool_hbm)
+        hit = PrefixHit(rank, pool_hbm, delivered_hit_tokens - rank - pool_hbm)
+        chosen = (route.prefill_instance, route.prefill_rank)
+        return regret_s(self.cost, request, ranks, match, chosen, hit)
 
     def mark_health(self, instance: str, rank: int, healthy: bool, reason: str = "failed") -> None:
         """Take a rank out of routing (False) or back in (True) for `reason` ("failed": see
