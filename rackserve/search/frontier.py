@@ -20,7 +20,14 @@ import numpy as np
 from rackserve.search import envelope as env_math
 from rackserve.search.confirm import Runner
 from rackserve.search.mix import Mix, mix_of
-from rackserve.search.plan import CPU_S_PER_POINT, CPU_S_PER_REQUEST, plan, within_budget
+from rackserve.search.plan import (
+    CPU_S_PER_POINT,
+    CPU_S_PER_REQUEST,
+    Candidate,
+    plan,
+    refine,
+    within_budget,
+)
 from rackserve.search.rack import RackSpec, configurations, scenario_of
 from rackserve.search.screen import TimingCache, screen_config
 
@@ -28,6 +35,8 @@ SCHEMA = "rackserve.sim.frontier/1"
 INTERACTIVITY = ("e2e", "itl")
 PERCENTILES = ("p50", "p90")
 Curves = dict[str, tuple[dict, list[dict]]]
+REST = "on the screen's envelope"  # plan's last stage: run after the targets are pinned down
+REFINE_ROUNDS = 8  # rounds of refine() (each a replay per target and configuration still open)
 
 
 def speed_key(interactivity: str, percentile: str) -> str:
@@ -217,14 +226,36 @@ def search(rack: RackSpec, runner_factory: Callable[[], Runner] | None, interact
         cpu["total"] = cpu["screen"] + cpu["replay"]
         return report(rack, curves, rejected, replays, mix, interactivity, percentile, targets, cpu, base)
 
-    if runner_factory is not None and todo:
+    if runner_factory is not None:
+        first = [c for c in todo if not c.why.startswith(REST)]  # targets, peak, brackets, runners-up
+        rest = [c for c in todo if c.why.startswith(REST)]
+        spent = 0.0
         runner = runner_factory()
-        try:
-            for row in runner.run(rack.model_dump(), todo):
-                row["why"] = next((c.why for c in todo if c.key == (row["config"]["label"], row["concurrency"])), "")
+
+        def run(cands: Sequence[Candidate]) -> None:
+            nonlocal spent
+            spent += sum(c.est_cpu_s for c in cands)
+            for row in runner.run(rack.model_dump(), cands):
+                row["why"] = next((c.why for c in cands if c.key == (row["config"]["label"], row["concurrency"])), "")
                 replays.append(row)
                 if on_update:
                     on_update(build())
+
+        def left() -> float | None:
+            return None if budget_cpu_s is None else budget_cpu_s - spent
+
+        try:
+            run(first)
+            for _ in range(REFINE_ROUNDS):  # pin each target down on the replayed curves
+                cpr = _cpu_per_request(replays, rack.search.warmup_s)
+                more = refine(curves, replays, targets, x, rack.search.window_s, cpr, max_point_cpu_s,
+                              warmup_s=rack.search.warmup_s)
+                more = within_budget(more, left(), set())
+                if not more:
+                    break
+                base["planned"] += [c.__dict__ for c in more]
+                run(more)
+            run(within_budget(rest, left(), {(r["config"]["label"], r["concurrency"]) for r in replays}))
         finally:
             runner.close()
     return build()

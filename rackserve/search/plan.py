@@ -10,8 +10,11 @@ by the committed AgentX points and refined by the points a search has already ru
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from rackserve.search.envelope import THROUGHPUT, envelope
 
@@ -23,6 +26,8 @@ CPU_S_PER_REQUEST = 1.5e-3
 CPU_S_PER_POINT = 6.0  # reading and hashing the trace, building the simulator
 FLANKS = (0.8, 1.25)  # lanes around a target's crossing, so the replays bracket it
 MIN_WINDOW_S = 120.0  # shortest replay window a cut may give: the release transient is ~10-20 s
+CLOSE = 0.15  # a target is pinned once two replays bracket it within 15% of lanes
+STEP = 1.3  # an unbracketed target's next replay moves lanes by at least this factor
 
 
 @dataclass(frozen=True)
@@ -70,14 +75,8 @@ def plan(curves: dict[str, tuple[dict, list[dict]]], targets: Sequence[float], x
     def add(label: str, lanes: int | None, why: str) -> None:
         if lanes is None or lanes < 1:
             return
-        cfg, curve = curves[label]
-        rate = _rate_at(curve, lanes)
-        win = window_s
-        if max_point_cpu_s is not None:  # a point too dear for the full window gets a shorter one
-            fits = (max_point_cpu_s - CPU_S_PER_POINT) / (cpu_s_per_request * rate) - warmup_s
-            win = min(window_s, max(min_window_s, fits))
-        est = CPU_S_PER_POINT + cpu_s_per_request * rate * (win + warmup_s)
-        cand = Candidate(cfg, int(lanes), why, est, float(win))
+        cand = _candidate(curves[label], lanes, why, window_s, cpu_s_per_request, max_point_cpu_s,
+                          min_window_s, warmup_s)
         if all(c.key != cand.key for c in out):
             out.append(cand)
 
@@ -126,6 +125,97 @@ def spread(n: int) -> list[int]:
             out.append(i)
         k += 1
     return out
+
+
+def _candidate(curve: tuple[dict, list[dict]], lanes: int, why: str, window_s: float, cpu_s_per_request: float,
+               max_point_cpu_s: float | None, min_window_s: float, warmup_s: float) -> Candidate:
+    """A replay of `curve`'s configuration at `lanes`, its window cut to fit `max_point_cpu_s`."""
+    cfg, pts = curve
+    rate = _rate_at(pts, lanes)
+    win = window_s
+    if max_point_cpu_s is not None:  # a point too dear for the full window gets a shorter one
+        fits = (max_point_cpu_s - CPU_S_PER_POINT) / (cpu_s_per_request * rate) - warmup_s
+        win = min(window_s, max(min_window_s, fits))
+    est = CPU_S_PER_POINT + cpu_s_per_request * rate * (win + warmup_s)
+    return Candidate(cfg, int(lanes), why, est, float(win))
+
+
+def refine(curves: dict[str, tuple[dict, list[dict]]], replays: Sequence[dict], targets: Sequence[float], x: str,
+           window_s: float, cpu_s_per_request: float = CPU_S_PER_REQUEST, max_point_cpu_s: float | None = None,
+           min_window_s: float = MIN_WINDOW_S, warmup_s: float = 0.0, close: float = CLOSE) -> list[Candidate]:
+    """The next replays that pin each target down on the replayed curves: for the screen's winner at
+    a target and the replayed envelope's, the lanes where that configuration's *replayed* curve
+    crosses the target. Bracketed by two replays whose lanes differ by more than `close`: their
+    log-lanes secant. Not yet bracketed: the screen's crossing corrected by the replay's own error
+    (target x screen/replay at the nearest replayed point), or with two replays on the same side their
+    own log-lanes secant extrapolated; at least a step of `STEP` past the nearest, at most `STEP`**3.
+    Nothing when every target is bracketed closely enough or a configuration cannot reach it."""
+    ok = [r for r in replays if r.get("completed") and r.get("valid") is not False and r.get(x) is not None]
+    out: list[Candidate] = []
+    for t in targets:
+        labels = {_best_at([{**p, "label": lab} for lab, (_, c) in curves.items() for p in c], t, x)}
+        meeting = [r for r in ok if r[x] >= t]
+        if meeting:
+            labels.add(max(meeting, key=lambda r: r[THROUGHPUT])["config"]["label"])
+        for label in sorted(lab for lab in labels if lab in curves):
+            lanes = _next_lanes(curves[label][1], [r for r in ok if r["config"]["label"] == label], t, x, close)
+            if lanes is None:
+                continue
+            cand = _candidate(curves[label], lanes, f"pins {t:g} (replay)", window_s, cpu_s_per_request,
+                              max_point_cpu_s, min_window_s, warmup_s)
+            if all(c.key != cand.key for c in out) and all(
+                    (r["config"]["label"], r["concurrency"]) != cand.key for r in replays):
+                out.append(cand)
+    return out
+
+
+def _next_lanes(curve: Sequence[dict], pts: Sequence[dict], t: float, x: str, close: float) -> int | None:
+    if not pts:
+        return None
+    fast = [p for p in pts if p[x] >= t]
+    slow = [p for p in pts if p[x] < t]
+    if fast and slow:
+        a = max(fast, key=lambda p: p["concurrency"])
+        above = [p for p in slow if p["concurrency"] > a["concurrency"]]
+        if not above:
+            return None  # not monotone in lanes (noise): the envelope reads what there is
+        b = min(above, key=lambda p: p["concurrency"])
+        if b["concurrency"] <= a["concurrency"] * (1 + close):
+            return None
+        la, lb = math.log(a["concurrency"]), math.log(b["concurrency"])
+        f = (a[x] - t) / (a[x] - b[x])
+        lanes = math.exp(la + f * (lb - la))
+        lo, hi = a["concurrency"] * (1 + close / 3), b["concurrency"] / (1 + close / 3)
+        return int(round(min(max(lanes, lo), hi)))
+    side = sorted(slow or fast, key=lambda p: p["concurrency"], reverse=not slow)  # nearest the target first
+    near = side[0]
+    lanes = near["concurrency"]
+    guess = None
+    far = next((p for p in side[1:] if p[x] != near[x]), None)
+    if far is not None:  # two replays on this side: their own log-lanes secant, extrapolated
+        slope = (near[x] - far[x]) / (math.log(lanes) - math.log(far["concurrency"]))
+        if slope < 0:
+            guess = math.exp(math.log(lanes) + (t - near[x]) / slope)
+    if guess is None:  # one replay: the screen's crossing corrected by the replay's error there
+        predicted = _interp_x(curve, lanes, x)
+        goal = t * predicted / near[x] if near[x] > 0 else None  # the screen's value that means t in replay
+        guess = crossing(curve, goal, x) if goal else None
+    if slow:  # too slow everywhere: fewer lanes
+        if lanes <= 1:
+            return None
+        step = lanes / STEP
+        guess = step if guess is None or guess >= step else max(guess, lanes / STEP**3)
+        return max(1, int(round(guess)))
+    step = lanes * STEP  # fast everywhere: more lanes
+    guess = step if guess is None or guess <= step else min(guess, lanes * STEP**3)
+    return int(round(guess))
+
+
+def _interp_x(curve: Sequence[dict], lanes: int, x: str) -> float:
+    pts = sorted(curve, key=lambda p: p["concurrency"])
+    xs = [math.log(max(p["concurrency"], 1)) for p in pts]
+    ys = [p[x] for p in pts]
+    return float(np.interp(math.log(max(lanes, 1)), xs, ys))
 
 
 def _best_at(pts: Sequence[dict], target: float, x: str) -> str | None:

@@ -58,3 +58,31 @@ def test_a_bad_option_is_a_clear_error(tmp_path):
     rack.write_text(RACK)
     proc = run(str(rack), "--interactivity", "ttft", "--out", str(tmp_path / "o"))
     assert proc.returncode != 0 and "interactivity" in proc.stderr + proc.stdout
+
+
+def test_the_search_pins_a_target_down_on_the_replayed_curve(tmp_path):
+    """After the screen's candidates, refine() replays until the replayed curve of the target's
+    winner brackets it closely (or cannot reach it): the first stage alone leaves it to the screen."""
+    import yaml
+
+    from rackserve.search.confirm import InProcess
+    from rackserve.search.frontier import search
+    from rackserve.search.plan import CLOSE
+    from rackserve.search.rack import RackSpec
+
+    data = yaml.safe_load(RACK)
+    data["search"]["targets"] = [387]
+    rack = RackSpec.model_validate(data)
+    rep = search(rack, InProcess, budget_cpu_s=400)
+    pins = [p for p in rep["points"] if p["source"] == "replay" and p.get("why", "").startswith("pins 387")]
+    assert pins, [p.get("why") for p in rep["points"] if p["source"] == "replay"]
+    x = "tps_user_e2e_p90"
+    label = pins[-1]["config"]["label"]
+    pts = sorted((p for p in rep["points"] if p["source"] == "replay" and p["config"]["label"] == label),
+                 key=lambda p: p["concurrency"])
+    fast = [p["concurrency"] for p in pts if p[x] >= 387]
+    slow = [p["concurrency"] for p in pts if p[x] < 387]
+    # bracketed within CLOSE in lanes, or one lane is already too slow
+    assert (fast and slow and min(s for s in slow if s > max(fast)) <= max(fast) * (1 + CLOSE) + 1) or \
+        (not fast and min(slow) == 1), [(p["concurrency"], round(p[x])) for p in pts]
+    assert rep["at_target"]["387"] is None or rep["at_target"]["387"]["source"] == "replay"
