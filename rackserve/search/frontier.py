@@ -275,4 +275,5 @@ def read_previous(path: Path) -> list[dict]:
     if not path.exists():
         return []
     data = json.loads(path.read_text())
-    return [p for p in data.get("points", []) if p.get("source") == "replay"]
+    # invalid replays too: they were run (and cost as much), they only stay off the envelope
+    return [p for p in data.get("points", []) + data.get("invalid_points", []) if p.get("source") == "replay"]

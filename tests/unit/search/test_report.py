@@ -88,3 +88,16 @@ def test_screened_points_are_kept_only_for_configurations_that_matter_and_each_i
     summary = {c["label"]: c for c in rep["configs"]}
     assert set(summary) == {"fast", "busy", "slow"}
     assert summary["busy"]["peak_throughput_per_gpu"] == 1500
+
+
+def test_resume_reads_back_invalid_replays_so_they_are_not_run_again(tmp_path):
+    import json
+
+    from rackserve.search.frontier import read_previous
+
+    ok = {"config": {"label": "a"}, "concurrency": 8, "source": "replay", "valid": True}
+    bad = {"config": {"label": "a"}, "concurrency": 64, "source": "replay", "valid": False}
+    screen = {"config": {"label": "a"}, "concurrency": 8, "source": "screen"}
+    path = tmp_path / "frontier.json"
+    path.write_text(json.dumps({"points": [ok, screen], "invalid_points": [bad]}))
+    assert read_previous(path) == [ok, bad]
