@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from rackserve.search.plan import Candidate
 from rackserve.search.rack import Config, RackSpec, scenario_of
 from rackserve.sim.run import simulate
+from rackserve.sim.validity import Validity, coverage_at_window
 
 RAY_ENV = {  # local, loopback-only, offline Ray (ENVIRONMENT.md)
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
@@ -25,18 +26,26 @@ RAY_ENV = {  # local, loopback-only, offline Ray (ENVIRONMENT.md)
 INTERACTIVITY_KEYS = ("tps_user_e2e_p50", "tps_user_e2e_p90", "tps_user_itl_p50", "tps_user_itl_p90")
 RESULT_KEYS = ("throughput_per_gpu", "output_tps_per_gpu", *INTERACTIVITY_KEYS, "ttft_p50_s", "ttft_p90_s",
                "tpot_p50_s", "tpot_p90_s", "hit_rate", "completed", "arrivals", "prefill_idle_frac",
-               "decode_idle_frac", "cpu_s", "wall_s", "valid", "invalid_reasons")
+               "decode_idle_frac", "cpu_s", "wall_s", "valid", "invalid_reasons", "metric_coverage",
+               "overflow_share", "rejected")
 
 
 def replay_point(rack: dict, config: dict, concurrency: int, window_s: float | None = None) -> dict:
     """One discrete-event run (inside a Ray task or in-process): the figures a frontier point keeps."""
     spec = RackSpec.model_validate(rack)
+    nominal = spec.search.window_s
     if window_s:
         spec = spec.model_copy(update={"search": spec.search.model_copy(update={"window_s": window_s})})
     cfg = Config.from_dict(config)
     start = time.process_time()
     res = simulate(scenario_of(spec, cfg, concurrency), policy=cfg.policy).to_dict()
     row = {k: res.get(k) for k in RESULT_KEYS}
+    if spec.search.window_s < nominal:  # a cut window: validity as the rack's window would judge it
+        cov = coverage_at_window(res["completed"], res["rejected"], res["metric_coverage"],
+                                 spec.search.window_s, nominal)
+        judged = Validity(res["overflow_share"], cov)
+        row |= {"metric_coverage": cov, "metric_coverage_measured": res["metric_coverage"],
+                "valid": judged.valid, "invalid_reasons": judged.reasons}
     row["cpu_s"] = time.process_time() - start
     row["max_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     return {"config": config, "concurrency": int(concurrency), "source": "replay",

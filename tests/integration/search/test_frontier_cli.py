@@ -86,3 +86,18 @@ def test_the_search_pins_a_target_down_on_the_replayed_curve(tmp_path):
     assert (fast and slow and min(s for s in slow if s > max(fast)) <= max(fast) * (1 + CLOSE) + 1) or \
         (not fast and min(slow) == 1), [(p["concurrency"], round(p[x])) for p in pts]
     assert rep["at_target"]["387"] is None or rep["at_target"]["387"]["source"] == "replay"
+
+
+def test_a_cut_window_is_judged_valid_as_the_racks_window_would_be():
+    import yaml
+
+    from rackserve.search.confirm import replay_point
+    from rackserve.search.rack import RackSpec, configurations
+
+    rack = RackSpec.model_validate(yaml.safe_load(RACK))
+    cfg = configurations(rack)[0].to_dict()
+    full = replay_point(rack.model_dump(), cfg, 8)
+    cut = replay_point(rack.model_dump(), cfg, 8, window_s=10.0)
+    assert "metric_coverage_measured" not in full and full["window_s"] == 30
+    assert cut["window_s"] == 10.0 and cut["metric_coverage"] >= cut["metric_coverage_measured"]
+    assert cut["valid"] == (cut["metric_coverage"] >= 0.95 and cut["overflow_share"] <= 0.01)

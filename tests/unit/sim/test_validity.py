@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from rackserve.cli import app
@@ -47,3 +48,14 @@ def test_sim_exits_nonzero_on_an_invalid_run_unless_allowed(tmp_path):
     assert data["valid"] is False and data["metric_coverage"] < 0.95 and data["invalid_reasons"]
     ok = CliRunner().invoke(app, ["sim", str(path), "--out", str(tmp_path / "out"), "--allow-invalid"])
     assert ok.exit_code == 0, ok.output
+
+
+def test_coverage_at_the_racks_window_scales_finished_and_rejected_not_in_flight():
+    from rackserve.sim.validity import coverage_at_window
+
+    # 120 s: 9,000 finished, 0 rejected, 1,000 in flight -> 90%; over 900 s (x7.5): 67,500 finished,
+    # the same 1,000 in flight -> 98.5%
+    assert coverage_at_window(9_000, 0, 0.9, 120.0, 900.0) == pytest.approx(67_500 / 68_500)
+    # rejections grow with the window: 8,000 finished, 1,000 rejected, 1,000 in flight (80%)
+    assert coverage_at_window(8_000, 1_000, 0.8, 120.0, 900.0) == pytest.approx(60_000 / (67_500 + 1_000))
+    assert coverage_at_window(9_000, 0, 0.9, 900.0, 900.0) == 0.9  # the full window: as measured
