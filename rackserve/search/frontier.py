@@ -35,7 +35,8 @@ SCHEMA = "rackserve.sim.frontier/1"
 INTERACTIVITY = ("e2e", "itl")
 PERCENTILES = ("p50", "p90")
 Curves = dict[str, tuple[dict, list[dict]]]
-REST = "on the screen's envelope"  # plan's last stage: run after the targets are pinned down
+# plan's candidates run after the targets are pinned down (refine): runners-up, the rest of the envelope
+LATER = ("runner-up", "below the peak", "on the screen's envelope")
 REFINE_ROUNDS = 8  # rounds of refine() (each a replay per target and configuration still open)
 
 
@@ -227,8 +228,8 @@ def search(rack: RackSpec, runner_factory: Callable[[], Runner] | None, interact
         return report(rack, curves, rejected, replays, mix, interactivity, percentile, targets, cpu, base)
 
     if runner_factory is not None:
-        first = [c for c in todo if not c.why.startswith(REST)]  # targets, peak, brackets, runners-up
-        rest = [c for c in todo if c.why.startswith(REST)]
+        first = [c for c in todo if not c.why.startswith(LATER)]  # the targets' winners and brackets, the peak
+        rest = [c for c in todo if c.why.startswith(LATER)]  # in plan's order
         spent = 0.0
         runner = runner_factory()
 
