@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import re
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
 BEGIN, END = "<!-- frontier:begin -->", "<!-- frontier:end -->"
+WRAP = 110  # prose width (the README keeps prose lines under 120 characters)
 
 
 def _num(v: float | None) -> str:
@@ -52,9 +54,10 @@ def headline(reports: Sequence[dict]) -> str:
     targets = [f"{t:g}" for t in reports[0]["targets"]]
     pc = reports[0]["percentile"].upper()
     kind = "E2E-normalized" if reports[0]["interactivity"] == "e2e" else "ITL-based"
-    lines = [f"Throughput per GPU (tok/s, input + output) on the envelope over every deployment searched, "
+    intro = (f"Throughput per GPU (tok/s, input + output) on the envelope over every deployment searched, "
              f"read at {pc} {kind} interactivity as AgentX reads it; recorded AgentX conversations, "
-             f"900 s windows unless a point says otherwise.", "",
+             f"900 s windows unless a point says otherwise.")
+    lines = [textwrap.fill(intro, WRAP), "",
              "| rack | " + " | ".join(f"at {t} tok/s/user" for t in targets) + " | peak | searched |",
              "|---|" + "---:|" * len(targets) + "---:|---|"]
     for r in reports:
@@ -74,21 +77,45 @@ def headline(reports: Sequence[dict]) -> str:
 
 
 def findings(reports: Sequence[dict]) -> str:
-    """What the search found, in words, from the reports."""
+    """What the search found, in words, from the reports: the winner per target and why the other
+    decode layout does not win there (its best replayed point), the peak and what it costs in speed."""
     out = []
     for r in reports:
+        pc = r["percentile"]
+        key = f"tps_user_{pc}"
         parts = []
         for t, win in r["at_target"].items():
             if win is None:
-                parts.append(f"nothing reaches {t} tok/s/user")
+                best = _best_replay(r, None, pc)
+                parts.append(f"nothing reaches {t} tok/s/user" + (
+                    f" (the fastest replayed point: {best[key]:,.0f}, `{best['config']['label']}` at "
+                    f"{best['concurrency']:,} lanes, TTFT P90 {best['ttft_p90_s']:.2f} s)" if best else ""))
                 continue
-            bound = win["config"].get("screen_bound") or (win.get("screen_config") or {}).get("screen_bound")
-            parts.append(f"at {t} tok/s/user {describe(win['config'])} wins"
-                         + (f" ({bound}-bound by the screen)" if bound else ""))
+            text = f"at {t} tok/s/user {describe(win['config'])} wins ({win['source']})"
+            other = "wide-ep" if win["config"]["decode_layout"] == "tp8" else "tp8"
+            best = _best_replay(r, other, pc)
+            if best is not None and best[key] < float(t):
+                text += (f"; no {_layout_name(other)} point reaches it (best {best[key]:,.0f} tok/s/user, "
+                         f"`{best['config']['label']}` at {best['concurrency']:,} lanes, TTFT P90 "
+                         f"{best['ttft_p90_s']:.2f} s)")
+            parts.append(text)
         if r["peak"]:
-            parts.append(f"the peak is {describe(r['peak']['config'])} at {r['peak']['concurrency']:,} lanes")
+            p = r["peak"]
+            parts.append(f"the peak is {describe(p['config'])} at {p['concurrency']:,} lanes, where P90 "
+                         f"interactivity is {p['tps_user_p90']:,.0f} tok/s/user and TTFT P90 {p['ttft_p90_s']:.1f} s")
         out.append(f"**{r['rack']}**: " + "; ".join(parts) + ".")
-    return " ".join(out)
+    return "\n\n".join(textwrap.fill(o, WRAP) for o in out)
+
+
+def _layout_name(layout: str) -> str:
+    return "TP8" if layout == "tp8" else "Wide-EP"
+
+
+def _best_replay(rep: dict, layout: str | None, pc: str) -> dict | None:
+    """The replayed point of `layout` (any when None) with the best interactivity at `pc`."""
+    pts = [p for p in rep["points"] if p.get("source") == "replay" and p.get(f"tps_user_{pc}") is not None
+           and (layout is None or p["config"]["decode_layout"] == layout)]
+    return max(pts, key=lambda p: p[f"tps_user_{pc}"], default=None)
 
 
 def _envelope_table(rep: dict) -> list[str]:

@@ -40,3 +40,20 @@ def test_results_page_links_the_json_and_lists_the_envelope(tmp_path):
     page = results_page([rep("vr", 300.0, 900.0)], [str(tmp_path / "r" / "frontier.json")], str(tmp_path / "docs"))
     assert "[frontier.json](../r/frontier.json)" in page
     assert "| `dep2x8+wideep16x1 seqs64 chunk16k` | 32 | 100 | 900 | 900 |" in page
+
+
+def test_findings_say_why_the_other_layout_does_not_win_and_keep_prose_short():
+    tp8 = {**CFG, "label": "dep2x4+tp8x4 seqs64 chunk8k", "decode_layout": "tp8", "decode_ranks": 8,
+           "decode_count": 4, "prefill_count": 4}
+    r = rep("vr", 300.0, 900.0)
+    r["at_target"]["387"] = {**r["at_target"]["387"], "config": tp8}
+    slow_wide = {"config": CFG, "concurrency": 5000, "tps_user_p90": 120.0, "ttft_p90_s": 2.5, "source": "replay"}
+    r["points"] = r["points"] + [slow_wide]
+    text = headline([r])
+    assert "4 TP8 decode (32 GPUs)" in text
+    assert "no Wide-EP point reaches it (best 400 tok/s/user" not in text  # the fastest Wide-EP is 400 >= 387
+    r["points"] = [slow_wide]
+    text = headline([r])
+    assert "no Wide-EP point reaches it (best 120 tok/s/user, `dep2x8+wideep16x1 seqs64 chunk16k` at 5,000" in \
+        " ".join(text.split())
+    assert all(len(line) <= 120 for line in text.splitlines() if not line.startswith("|"))
