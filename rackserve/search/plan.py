@@ -28,6 +28,7 @@ FLANKS = (0.8, 1.25)  # lanes around a target's crossing, so the replays bracket
 MIN_WINDOW_S = 120.0  # shortest replay window a cut may give: the release transient is ~10-20 s
 CLOSE = 0.15  # a target is pinned once two replays bracket it within 15% of lanes
 STEP = 1.3  # an unbracketed target's next replay moves lanes by at least this factor
+SAFE = 0.25  # a bracketed target's next replay lies at least this far into the bracket (log-lanes)
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,10 @@ def _next_lanes(curve: Sequence[dict], pts: Sequence[dict], t: float, x: str, cl
         if b["concurrency"] <= a["concurrency"] * (1 + close):
             return None
         la, lb = math.log(a["concurrency"]), math.log(b["concurrency"])
-        f = (a[x] - t) / (a[x] - b[x])
+        # the secant, kept in the bracket's middle half (log-lanes) so that a curve bending sharply
+        # near one end (a knee) cannot make the rounds creep from one side: each round cuts the
+        # bracket by at least a quarter
+        f = min(max((a[x] - t) / (a[x] - b[x]), SAFE), 1 - SAFE)
         lanes = math.exp(la + f * (lb - la))
         lo, hi = a["concurrency"] * (1 + close / 3), b["concurrency"] / (1 + close / 3)
         return int(round(min(max(lanes, lo), hi)))

@@ -82,3 +82,9 @@ def test_two_replays_on_one_side_extrapolate_their_own_secant():
     slope = (249 - 212) / (math.log(88) - math.log(115))
     near = math.exp(math.log(88) + (300 - 249) / slope)
     assert lanes_of([replay(115, 212.0), replay(88, 249.0)], target=300.0) == [round(near)]
+
+
+def test_a_secant_near_one_end_of_the_bracket_is_kept_a_quarter_inside():
+    # 20 lanes at 400, 40 at 100 (a knee): the secant sits 4% into the bracket; the round goes a
+    # quarter in (log-lanes), 20 x 2^0.25 ~ 24, so the bracket shrinks instead of creeping
+    assert lanes_of([replay(20, 400.0), replay(40, 100.0)]) == [round(20 * 2**0.25)]
