@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from rackserve.search.frontier import screen_all
 from rackserve.search.mix import mix_of
 from rackserve.search.plan import plan, within_budget
 from rackserve.search.rack import configurations, load_rack, scenario_of
@@ -119,11 +120,7 @@ def test_screen_agrees_with_the_replay_at_low_load(rack, mix):
 
 
 def test_plan_reads_targets_and_peak_first_and_keeps_to_the_budget(rack, mix):
-    cache = TimingCache()
-    curves = {}
-    for cfg in configurations(rack):
-        c = screen_config(rack, cfg, mix, cache)
-        curves[cfg.label] = (cfg.to_dict(), c.points)
+    curves, _ = screen_all(rack, mix)
     cands = plan(curves, [387, 1000], "tps_user_e2e_p90", 60)
     assert cands[0].why.startswith("wins at")
     assert any(c.why.startswith("peak") for c in cands[:3])
@@ -145,11 +142,7 @@ def test_spread_covers_the_range_evenly_from_any_prefix():
 
 
 def test_the_rest_of_the_envelope_is_planned_along_interactivity_not_by_throughput(rack, mix):
-    cache = TimingCache()
-    curves = {}
-    for cfg in configurations(rack):
-        c = screen_config(rack, cfg, mix, cache)
-        curves[cfg.label] = (cfg.to_dict(), c.points)
+    curves, _ = screen_all(rack, mix)
     x = "tps_user_e2e_p90"
     rest = [c for c in plan(curves, [387, 1000], x, 60) if c.why == "on the screen's envelope"]
     if len(rest) < 3:
