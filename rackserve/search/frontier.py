@@ -60,10 +60,11 @@ def rack_mix(rack: RackSpec) -> Mix:
     configs = configurations(rack)
     if not configs:
         raise ValueError(f"{rack.name}: no configuration of the space fits {rack.gpus} GPUs")
-    workload = scenario_of(rack, configs[0]).workload
+    sc = scenario_of(rack, configs[0])
+    workload = sc.workload
     if getattr(workload, "kind", "") != "agentx-trace":
         raise ValueError("workload.kind: the frontier search replays agentx-trace workloads")
-    return mix_of(workload)
+    return mix_of(workload, sc.config.timing.target_block_tokens * sc.sim.kv_block_multiple)
 
 
 def screen_all(rack: RackSpec, mix: Mix) -> tuple[Curves, list[dict]]:

@@ -42,9 +42,13 @@ def _slots(step: Turn | FanOut) -> int:
     return max(len(s.turns) for s in step.subagents)
 
 
-def mix_of(workload: AgentXTraceWorkload) -> Mix:
+def mix_of(workload: AgentXTraceWorkload, cache_block_tokens: int = TRACE_BLOCK_TOKENS) -> Mix:
     """The request mix of an AgentX trace workload (every parent and subagent turn), at its
-    length_scale, leaving out requests that overflow its max_context."""
+    length_scale, leaving out requests that overflow its max_context. A prompt's share with its
+    agent's previous turn counts as cached in whole blocks of `cache_block_tokens` (the simulator's
+    cache granularity: target block x sim.kv_block_multiple), as the replay finds it."""
+    if cache_block_tokens <= 0:
+        raise ValueError(f"cache_block_tokens: must be positive, got {cache_block_tokens}")
     convs = read_conversations(workload.trace, workload.limit)
     scale = workload.length_scale
     rows, slots, total = [], 0, 0
@@ -57,6 +61,7 @@ def mix_of(workload: AgentXTraceWorkload) -> Mix:
             if prompt + out > workload.max_context:
                 continue
             shared = min(prompt - 1, round(turn.shared_ids * TRACE_BLOCK_TOKENS * scale))
+            shared -= shared % cache_block_tokens
             rows.append((prompt, out, prompt - shared, min(turn.idle_before_s, workload.think_time_cap_s)))
     if not rows:
         raise ValueError(f"workload.trace: {workload.trace} has no request that fits the context")

@@ -4,21 +4,28 @@ configuration, in a fraction of a second, from the trace's request mix and the c
 The rack is a closed loop (AgentX: `C` lanes, each sends, waits for the whole answer, thinks, sends
 again), so by Little's law C = X x (think + E2E) / parallelism, X being requests/s. The screen walks
 X from 1% to 99% of the rack's capacity and for each X prices:
-- decode: the batch per decode rank b solving b = X (out - 1) TPOT(b) / ranks (Little again), TPOT
-  from the cost model at the mix's mean context with the busiest rank of a lockstep instance
-  carrying the expected maximum of `ranks` Poisson(b) loads; a decode slot
-  is waited for (Erlang C) when b nears the batch cap (max_num_seqs or the KV that fits);
-- prefill: every DP rank a server of uncached tokens at its full-chunk rate (a step of
-  max_num_batched_tokens tokens of the mix's mean tail at its mean cached context); the wait for a
-  rank is Erlang C over all prefill ranks; a request's own prefill is its lone step(s), stretched
-  to a full chunk's step as the ranks fill;
+- decode: the batch per decode rank b solving b = X (out - 1) TPOT / ranks (Little again), TPOT
+  from the cost model at the mix's mean context for the batch a sequence sees: itself and b others
+  (a random sequence's rank holds 1 + Poisson(b)), or, in a lockstep instance, the busiest rank's
+  expected maximum of `ranks` Poisson(b) loads; a decode slot is waited for (Erlang C) when b nears
+  the batch cap (max_num_seqs or the KV that fits);
+- prefill: every DP rank a server of uncached tokens at its saturated rate, priced on full lockstep
+  steps of the mix's own requests (pieces at their own cached context; a step lasts as long as its
+  slowest rank, which is the replay's prefill rank idle); the wait for a rank is Erlang C over all
+  prefill ranks (the router sends a request where the least uncached work waits) plus the residual
+  of the step its instance is in when it arrives; a request's own prefill is its lone step(s),
+  shared with the rank's other prefills (processor sharing, / (1 - rho));
 - the P/D hand-off (pd_transfer_s) and, for the part of the prefix that does not fit the prefill
   ranks' own HBM caches, the pool fetch (kv_transfer_s over the DRAM tier).
+The mix counts a prompt's share with its agent's previous turn as cached in the simulator's cache
+blocks (search/mix.py). Each of these terms was found by taking replayed requests' TTFT and TPOT
+apart against the screen's (issue 30's closing note gives the before and after).
 Past capacity, more lanes only queue: the curve continues at X = capacity with the extra lanes'
 wait on every request. Interactivity per request (E2E-normalized and ITL-based) comes from the mix's
 own output lengths, so P50 and P90 differ as the mix makes them differ.
-What it leaves out, and the replay measures: lockstep imbalance of prefill DP ranks, bursts in the
-arrivals of one conversation tree, pool evictions. `screen_error` in frontier.json says how much.
+What it leaves out, and the replay measures: how the requests finishing in the window shift toward
+later, longer turns once the rack saturates (the knee comes earlier than the screen's), bursts in
+the arrivals of one conversation tree, pool evictions. `screen_error` in frontier.json says how much.
 """
 
 from __future__ import annotations
@@ -107,7 +114,7 @@ def _tpot_table(tm: TimingModel, layout, b_cap: int, context: int) -> tuple[np.n
     dp = layout.dp
     out = []
     for b in grid:
-        busy = int(min(b_cap, max(1, round(expected_max_poisson(float(b), dp)))))
+        busy = int(min(b_cap, max(1, round(max(expected_max_poisson(float(b), dp), b + 1)))))
         rest = int(min(b_cap, round(b)))
         ranks = [RankBatch.of([1] * busy, [context - 1] * busy)] + \
             [RankBatch.of([1] * rest, [context - 1] * rest)] * (dp - 1)
@@ -119,22 +126,61 @@ def _interp_log(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
     return np.exp(np.interp(np.log(np.maximum(x, xs[0])), np.log(xs), np.log(ys)))
 
 
+FULL_STEPS = 64  # full lockstep prefill steps sampled per (layout, chunk) to price a saturated rank
+
+
+def _full_steps(tm: TimingModel, layout, chunk: int, mix: Mix) -> tuple[float, float]:
+    """(a saturated rank's rate in uncached tokens/s, the mean full step's seconds): FULL_STEPS lockstep
+    steps whose every rank fills `chunk` tokens with pieces of the mix's requests, drawn in proportion
+    to their uncached tokens, each piece at its own cached context. A lockstep step lasts as long as
+    its slowest rank, so the rate carries the DEP imbalance the replay measures as prefill rank idle."""
+    rng = np.random.default_rng(1)
+    weight = mix.uncached / mix.uncached.sum()
+    draws = iter(rng.choice(mix.uncached.size, size=FULL_STEPS * layout.dp * (chunk // 64 + 1), p=weight))
+    total_s = 0.0
+    for _ in range(FULL_STEPS):
+        ranks = []
+        for _ in range(layout.dp):
+            new, cached, left = [], [], chunk
+            while left > 0:
+                i = next(draws)
+                u = int(mix.uncached[i])
+                piece = min(left, u)
+                new.append(piece)
+                cached.append(int(mix.cached[i]) + int(rng.integers(0, u - piece + 1)))
+                left -= piece
+            ranks.append(RankBatch.of(new, cached))
+        total_s += tm.step_time("prefill", layout, StepBatch(tuple(ranks))).total_s
+    return chunk * FULL_STEPS / total_s, total_s / FULL_STEPS
+
+
 def _prefill_prices(tm: TimingModel, layout, chunk: int, mix: Mix) -> tuple[float, float, np.ndarray, np.ndarray]:
     """(rank rate in uncached tokens/s at full chunks, the full step's seconds, lone-step grid, its
-    seconds): the full step fills `chunk` tokens with the mix's mean tail at its mean cached context."""
-    tail = int(max(1, round(mix.uncached.mean())))
+    seconds): a request's lone step(s) at the mix's mean cached context, the others idle."""
+    rate, full_s = _full_steps(tm, layout, chunk, mix)
     cached = int(round(mix.cached.mean()))
-    per = min(tail, chunk)
-    n = max(1, chunk // per)
-    full = RankBatch.of([per] * n, [cached] * n)
-    full_s = tm.step_time("prefill", layout, StepBatch((full,) * layout.dp)).total_s
     grid = np.unique(np.round(np.geomspace(16, chunk, 16)).astype(int))
     lone = []
     for u in grid:
         rb = RankBatch.of([int(u)], [cached])
         idle = RankBatch.of([], [])
         lone.append(tm.step_time("prefill", layout, StepBatch((rb,) + (idle,) * (layout.dp - 1))).total_s)
-    return per * n / full_s, full_s, grid.astype(np.float64), np.asarray(lone)
+    return rate, full_s, grid.astype(np.float64), np.asarray(lone)
+
+
+def _step_boundary(x: np.ndarray, lone: np.ndarray, steps: np.ndarray, p_ranks: int, dp: int,
+                   rng: np.random.Generator) -> np.ndarray:
+    """Per point and sampled request: the wait for its instance's step in progress. A lockstep
+    instance is stepping while any of its `dp` ranks is (each rank busy X x E[lone] / ranks of the
+    time, a request's lone steps being its busy time at low load); a request that arrives then waits
+    out the step's residual: uniform over a step drawn in proportion to the time steps take."""
+    per_step = lone / steps
+    busy = np.minimum(x * float(lone.mean()) / p_ranks, 1.0)
+    stepping = 1.0 - (1.0 - busy) ** dp
+    n = lone.size
+    drawn = rng.choice(n, n, p=lone / lone.sum())  # a step of request i takes lone_i of the time
+    residual = per_step[drawn] * rng.random(n)
+    return np.where(rng.random(n)[None, :] < stepping[:, None], residual[None, :], 0.0)
 
 
 def _solve_batch(x_rps: np.ndarray, out_mean: float, ranks: int, b_grid, tpot_grid, b_cap: int) -> np.ndarray:
@@ -183,12 +229,13 @@ def screen_config(rack: RackSpec, config: Config, mix: Mix, cache: TimingCache) 
     b = _solve_batch(x, out_mean, d_ranks, b_grid, tpot_grid, b_cap)
     tpot = _interp_log(np.maximum(b, 0.05), b_grid, tpot_grid)
     tpot90 = _interp_log(np.maximum(b + TAIL_Z * np.sqrt(b), 0.05), b_grid, tpot_grid)
-    # a request's own prefill: its lone step(s), stretched toward a full chunk's step as ranks fill
+    # a request's own prefill: its lone step(s), shared with the rank's other prefills as it fills
+    # (processor sharing: stretched by 1 / (1 - rho))
     chunk = config.max_num_batched_tokens
     steps = np.ceil(unc / chunk)
     lone = _interp_log(np.minimum(unc, chunk), lone_grid, lone_s) * steps
-    own = np.maximum(lone[None, :], rho_p[:, None] * full_s * steps[None, :])
-    w_pre = waits(p_ranks, rho_p, unc_mean / rate, u_wait)
+    own = lone[None, :] / (1.0 - np.minimum(rho_p, RHO[-1]))[:, None]
+    w_pre = waits(p_ranks, rho_p, unc_mean / rate, u_wait) + _step_boundary(x, lone, steps, p_ranks, pl.dp, rng)
     slot_s = max(out_mean - 1, 1.0) * tpot_grid[-1]
     w_dec = waits(d_ranks * b_cap, rho_d, slot_s, u_wait[::-1].copy())
     hand = cache.memo(("hand", id(tm)), lambda: np.array([tm.pd_transfer_s(int(p)) for p in prompt]))
