@@ -212,11 +212,13 @@ def search(rack: RackSpec, runner_factory: Callable[[], Runner] | None, interact
     run of the same rack and window (resumed, not run again). `on_update(report)` after every replay."""
     x = speed_key(interactivity, percentile)
     targets = list(targets if targets is not None else rack.search.targets)
+    wall0 = time.perf_counter()
     t0 = time.process_time()
     mix = rack_mix(rack)
     curves, rejected = screen_all(rack, mix)
     screen_cpu = time.process_time() - t0
     replays = [r for r in previous if r.get("source") == "replay" and r["config"]["label"] in curves]
+    resumed = len(replays)
     cands = plan(curves, targets, x, rack.search.window_s, _cpu_per_request(replays, rack.search.warmup_s),
                  max_point_cpu_s, warmup_s=rack.search.warmup_s)
     todo = within_budget(cands, budget_cpu_s, {(r["config"]["label"], r["concurrency"]) for r in replays})
@@ -226,7 +228,9 @@ def search(rack: RackSpec, runner_factory: Callable[[], Runner] | None, interact
     def build() -> dict:
         cpu = {"screen": screen_cpu, "replay": sum(r.get("cpu_s") or 0.0 for r in replays)}
         cpu["total"] = cpu["screen"] + cpu["replay"]
-        return report(rack, curves, rejected, replays, mix, interactivity, percentile, targets, cpu, base)
+        # this invocation's wall time (a resumed search's earlier runs are not in it)
+        return report(rack, curves, rejected, replays, mix, interactivity, percentile, targets, cpu,
+                      {**base, "wall_s": time.perf_counter() - wall0, "resumed_replays": resumed})
 
     if runner_factory is not None:
         first = [c for c in todo if not c.why.startswith(LATER)]  # the targets' winners and brackets, the peak

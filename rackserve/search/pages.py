@@ -162,7 +162,9 @@ def results_page(reports: Sequence[dict], paths: Sequence[str], page_dir: str) -
         win = {t: w for t, w in rep["at_target"].items()}
         lines += [f"## {rep['rack']} ({rep['hardware']}, {rep['gpus']} GPUs)", "",
                   f"[frontier.json]({rel}) · command: `{rep.get('command', '')}` · code `{rep.get('code', '')}` · "
-                  f"CPU {rep['cpu_s']['total']:,.0f} s (screen {rep['cpu_s']['screen']:,.0f} s)", "",
+                  f"CPU {rep['cpu_s']['total']:,.0f} s (screen {rep['cpu_s']['screen']:,.0f} s)"
+                  + (f" · wall {rep['wall_s'] / 60:,.1f} min" if "wall_s" in rep and not rep.get("resumed_replays")
+                     else ""), "",
                   f"![{rep['rack']} frontier]({png})", "",
                   f"{rep['configs_screened']} configurations screened ({len(rep['configs_rejected'])} did not fit), "
                   f"{sum(p['source'] == 'replay' for p in rep['points'])} points replayed.", ""]
