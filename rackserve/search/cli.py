@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from rackserve.search.frontier import read_previous, search, speed_key, with_trace
+from rackserve.search.frontier import merge_replays, read_previous, search, speed_key, with_trace
 from rackserve.search.plot import frontier_table, plot_frontier
 from rackserve.search.rack import load_rack
 from rackserve.sim.cli_args import console, csv_list
@@ -34,6 +34,8 @@ def frontier(
         help="a replay predicted to cost more gets a shorter window (>= 120 s), recorded on the point")] = None,
     screen_only: Annotated[bool, typer.Option(help="screen every configuration, replay nothing")] = False,
     resume: Annotated[bool, typer.Option(help="keep the replayed points of OUT/frontier.json, run only the rest")] = False,
+    resume_from: Annotated[list[Path] | None, typer.Option(
+        help="also keep the replayed points of this frontier.json of the same rack (repeatable)")] = None,
 ) -> None:
     """Screen every configuration, confirm the envelope by replay, report it as AgentX reads it."""
     try:
@@ -46,7 +48,14 @@ def frontier(
         raise typer.BadParameter(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
     path = out / "frontier.json"
-    previous = read_previous(path) if resume else []
+    try:
+        missing = [str(f) for f in resume_from or [] if not Path(f).exists()]
+        if missing:
+            raise ValueError(f"--resume-from: no such file {', '.join(missing)}")
+        previous = merge_replays(read_previous(path, spec.name) if resume else [],
+                                 *(read_previous(Path(f), spec.name) for f in resume_from or []))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     command = "rackserve sim frontier " + " ".join(shlex.quote(a) for a in sys.argv[3:])
 
     def write(report: dict) -> None:

@@ -277,9 +277,26 @@ def _cpu_per_request(replays: Sequence[dict], warmup_s: float) -> float:
     return max(sum(c for c, _ in rows) / sum(n for _, n in rows), 1e-5)
 
 
-def read_previous(path: Path) -> list[dict]:
+def read_previous(path: Path, rack: str | None = None) -> list[dict]:
+    """The replayed points of a frontier.json (none when it does not exist); ValueError when it is
+    another rack's (`rack`: the name it must carry)."""
     if not path.exists():
         return []
     data = json.loads(path.read_text())
+    if rack is not None and data.get("rack") != rack:
+        raise ValueError(f"{path}: replays of rack {data.get('rack')!r}, not {rack!r}")
     # invalid replays too: they were run (and cost as much), they only stay off the envelope
     return [p for p in data.get("points", []) + data.get("invalid_points", []) if p.get("source") == "replay"]
+
+
+def merge_replays(*runs: Sequence[dict]) -> list[dict]:
+    """Replayed points of several searches of one rack, each (configuration, lanes, window) once
+    (the first run's copy kept)."""
+    seen, out = set(), []
+    for run in runs:
+        for p in run:
+            key = (p["config"]["label"], p["concurrency"], p.get("window_s"))
+            if key not in seen:
+                seen.add(key)
+                out.append(p)
+    return out

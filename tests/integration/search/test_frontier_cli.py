@@ -51,6 +51,21 @@ def test_frontier_screens_replays_reports_and_resumes(tmp_path):
     again = json.loads((out / "frontier.json").read_text())
     assert sorted((p["config"]["label"], p["concurrency"]) for p in again["points"] if p["source"] == "replay") == \
         sorted((p["config"]["label"], p["concurrency"]) for p in replays)
+    run_before = len(replays) + len(rep.get("invalid_points", []))  # invalid replays are kept too
+    assert again["resumed_replays"] == run_before and again["wall_s"] > 0
+    # another search's replays of the same rack join the envelope (--resume-from), each point once
+    other = tmp_path / "other"
+    proc = run(str(rack), "--out", str(other), "--budget-cpu-s", "0", "--num-cpus", "1",
+               "--resume-from", str(out / "frontier.json"), "--resume-from", str(out / "frontier.json"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    merged = json.loads((other / "frontier.json").read_text())
+    assert merged["resumed_replays"] == run_before
+    assert merged["peak"]["throughput_per_gpu"] == rep["peak"]["throughput_per_gpu"]
+    # ... but not another rack's
+    foreign = json.loads((out / "frontier.json").read_text()) | {"rack": "another"}
+    (tmp_path / "foreign.json").write_text(json.dumps(foreign))
+    proc = run(str(rack), "--out", str(other), "--screen-only", "--resume-from", str(tmp_path / "foreign.json"))
+    assert proc.returncode != 0 and "another" in proc.stderr + proc.stdout
 
 
 def test_a_bad_option_is_a_clear_error(tmp_path):
