@@ -234,13 +234,9 @@ def search(rack: RackSpec, runner_factory: Callable[[], Runner] | None, interact
 
     if runner_factory is not None:
         first = [c for c in todo if not c.why.startswith(LATER)]  # the targets' winners and brackets, the peak
-        rest = [c for c in todo if c.why.startswith(LATER)]  # in plan's order
-        spent = 0.0
         runner = runner_factory()
 
         def run(cands: Sequence[Candidate]) -> None:
-            nonlocal spent
-            spent += sum(c.est_cpu_s for c in cands)
             for row in runner.run(rack.model_dump(), cands):
                 row["why"] = next((c.why for c in cands if c.key == (row["config"]["label"], row["concurrency"])), "")
                 replays.append(row)
@@ -248,6 +244,9 @@ def search(rack: RackSpec, runner_factory: Callable[[], Runner] | None, interact
                     on_update(build())
 
         def left() -> float | None:
+            """The budget less the CPU this invocation's replays measured (not what was predicted:
+            a prediction too dear would leave budget unspent, one too cheap would overrun it)."""
+            spent = sum(r.get("cpu_s") or 0.0 for r in replays[resumed:])
             return None if budget_cpu_s is None else budget_cpu_s - spent
 
         try:
@@ -261,6 +260,12 @@ def search(rack: RackSpec, runner_factory: Callable[[], Runner] | None, interact
                     break
                 base["planned"] += [c.__dict__ for c in more]
                 run(more)
+            # the rest in plan's order, windows and costs predicted from the CPU per request measured so far
+            cpr = _cpu_per_request(replays, rack.search.warmup_s)
+            rest = [c for c in plan(curves, targets, x, rack.search.window_s, cpr, max_point_cpu_s,
+                                    warmup_s=rack.search.warmup_s) if c.why.startswith(LATER)]
+            base["planned"] = [c for c in base["planned"] if not c["why"].startswith(LATER)]
+            base["planned"] += [c.__dict__ for c in rest]
             run(within_budget(rest, left(), {(r["config"]["label"], r["concurrency"]) for r in replays}))
         finally:
             runner.close()

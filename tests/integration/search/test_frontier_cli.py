@@ -116,3 +116,24 @@ def test_a_cut_window_is_judged_valid_as_the_racks_window_would_be():
     assert "metric_coverage_measured" not in full and full["window_s"] == 30
     assert cut["window_s"] == 10.0 and cut["metric_coverage"] >= cut["metric_coverage_measured"]
     assert cut["valid"] == (cut["metric_coverage"] >= 0.95 and cut["overflow_share"] <= 0.01)
+
+
+def test_the_budget_is_spent_on_the_cpu_the_replays_measured():
+    """The search stops when its replays' *measured* CPU reaches the budget, not their predicted
+    cost: replays that cost a quarter of what the plan predicted leave room for more of them."""
+    import yaml
+
+    from rackserve.search.confirm import InProcess
+    from rackserve.search.frontier import search
+    from rackserve.search.rack import RackSpec
+
+    class QuarterCost(InProcess):  # real replays, each booked at a quarter of its prediction
+        def run(self, rack, cands):
+            for c, row in zip(cands, super().run(rack, cands), strict=True):
+                yield row | {"cpu_s": c.est_cpu_s / 4}
+
+    budget = 20.0
+    rep = search(RackSpec.model_validate(yaml.safe_load(RACK)), QuarterCost, budget_cpu_s=budget)
+    booked = [p["cpu_s"] for p in rep["points"] + rep.get("invalid_points", []) if p["source"] == "replay"]
+    # predicted costs within the budget would stop at a quarter of it
+    assert budget / 4 < sum(booked) <= budget, booked
