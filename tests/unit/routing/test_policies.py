@@ -119,6 +119,22 @@ def test_luw_ties_go_to_the_less_loaded_rank(cost, idle_cluster):
     assert r.route(REQ, busier).key == ("p1", 1)
 
 
+def test_luw_keeps_a_newcomer_off_an_idle_rank_whose_sibling_is_stepping(cost, idle_cluster):
+    """A rank beside a busy sibling waits out the sibling's step in progress (lockstep): an idle
+    instance's rank wins the tie it used to lose to the lower instance, and a prefix held in the busy
+    instance's HBM keeps the request only while it saves more than that stall."""
+    r = _router("least-uncached-work", cost)
+    busy = _with(idle_cluster, ("p0", 0), queued_work_s=0.050, queued_tokens=500)
+    assert r.route(REQ, busy).instance == "p1"  # not p0/1, idle but behind p0/0's step
+    assert r.route(REQ, idle_cluster).key == ("p0", 0)  # all idle: the lowest, as before
+    _cache(r, "p0", 1, 8)  # 8 of the prompt's 10 blocks in p0/1's HBM: 128 tokens not recomputed
+    assert r.route(REQ, busy).instance == "p1"  # ... saves 12.8 ms, less than the 50 ms stall
+    short = _with(idle_cluster, ("p0", 0), queued_work_s=0.005, queued_tokens=50)
+    assert r.route(REQ, short).key == ("p0", 1)  # ... more than a 5 ms stall
+    off = _router("least-uncached-work", cost, lockstep_balance=False)
+    assert off.route(REQ, _with(idle_cluster, ("p0", 0), queued_work_s=0.050)).key == ("p0", 1)
+
+
 def test_luw_compares_layouts_by_the_timing_model(cost, idle_cluster):
     tp8 = RankState("t9", 0, "tp8", "prefill")  # half the per-token time of a dep2 rank
     cluster = ClusterView((*idle_cluster.ranks, tp8))
@@ -314,7 +330,9 @@ def test_luw_pick_equals_brute_force_argmin(cost, rows, pool_hbm, pool_dram):
             done = r.queued_work_s + work
             siblings = [s.queued_work_s for s in ranks if s.instance == r.instance]
             if balance and len(siblings) > 1:
-                done += max(0.0, done - max(siblings))
+                full = cost.prefill_estimate_s(r.layout, getattr(cost, "reference_chunk_tokens", 8192), 0)
+                stall = min(max(siblings) - r.queued_work_s, full)
+                done += max(0.0, done - max(siblings)) + max(0.0, stall)
             return (done, r.load_order)
 
         want = min((r for r in ranks if r.healthy), key=brute_key)

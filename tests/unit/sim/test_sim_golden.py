@@ -14,7 +14,11 @@ batches (agentx 0.64 -> 1.11 ms; mooncake 0.72 -> 1.23 ms; preempt 2.28 -> 3.55 
 2, hit rates within 0.1 point; the files also carry the result fields added meanwhile. Issue 31 item 5
 then changed sizing only (decode ranks keep the workload's P99 KV and lend the rest: kv_tokens and
 lent_gb per decode rank, the pool's spare-HBM capacity, hence preempt's pool occupancy share); no
-completion, latency or hit figure moved. The scenarios:
+completion, latency or hit figure moved. Then (issue 32, lockstep stall) least-uncached-work prices
+the wait behind a stepping sibling: its TTFT P50 had been worse than round-robin's (agentx 23.4 vs
+18.7 ms, mooncake 50.3 vs 46.9 ms) and is now 18.7 and 20.0 ms; P90 E2E-normalized interactivity
+627 -> 671 (agentx), 598 -> 655 (agentx-lazy), 79.6 -> 83.9 (mooncake) tok/s/user; completions and hit
+rates unchanged; round-robin and preempt (one instance) unchanged. The scenarios:
 - mooncake: the first 200 records of data/mooncake_synthetic_trace.jsonl at 0.3x inter-arrival,
   2 DEP2 prefill + Wide-EP 8 decode, small rank caches and pool (evictions in every tier),
   decode KV bounded (prompts that cannot fit are rejected);
