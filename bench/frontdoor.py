@@ -122,9 +122,12 @@ def in_process_rate(n: int) -> dict:
 
 
 # -- cluster -----------------------------------------------------------------------------------
+MOCK_RANKS = "actor"
+
+
 def start_cluster(port: int) -> tuple[subprocess.Popen, dict[str, str]]:
     """`rackserve up` unpaced; returns it and the addresses it prints ("redis", "kv pool (gRPC)", ...)."""
-    env = {**os.environ, "RACKSERVE_CLUSTER__TIME_SCALE": "0"}
+    env = {**os.environ, "RACKSERVE_CLUSTER__TIME_SCALE": "0", "RACKSERVE_ENGINE__MOCK_RANKS": MOCK_RANKS}
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.launcher", "--port", str(port), "--engine", ENGINE],
         stdout=subprocess.PIPE,
@@ -166,9 +169,15 @@ def main() -> None:
     parser.add_argument("--engine", default="real", choices=("real", "mock"),
                         help="mock: rackserve's mock ranks (no model math), the equal-work peer of "
                              "Dynamo's mocker; the run is stored under 'mock' in the JSON")
+    parser.add_argument("--mock-ranks", default="actor", choices=("actor", "service"),
+                        help="engine.mock_ranks: an instance's mock ranks in one Ray actor, or in the "
+                             "worker service's process (no Ray hop per step)")
+    parser.add_argument("--dynamo-mode", default="agg", choices=("agg", "disagg"),
+                        help="Dynamo's workers: aggregated mockers behind round-robin, or a prefill "
+                             "and a decode mocker behind its KV router (our path's shape: P->D)")
     args = parser.parse_args()
-    global ENGINE
-    ENGINE = args.engine
+    global ENGINE, MOCK_RANKS
+    ENGINE, MOCK_RANKS = args.engine, args.mock_ranks
     first = in_process_latency(args.requests)
     port = free_port()
     proc, _ = start_cluster(port)
@@ -210,6 +219,7 @@ def main() -> None:
             "rate_output_tokens": RATE_OUTPUT_TOKENS,
             "time_scale": 0,
             "engine": ENGINE,
+            "mock_ranks": MOCK_RANKS if ENGINE == "mock" else None,
         },
         "in_process": local,
         "cluster": cluster,
@@ -228,7 +238,7 @@ def main() -> None:
         import frontdoor_dynamo  # the peer side; needs .venv-peers (../shared/ENVIRONMENT.md)
 
         result["dynamo"] = frontdoor_dynamo.run_dynamo(
-            args.requests, args.rate_requests, args.concurrency
+            args.requests, args.rate_requests, args.concurrency, mode=args.dynamo_mode
         )
         result["dynamo"]["load_avg_1m"] = os.getloadavg()[0]
         result["dynamo_ratio"] = frontdoor_dynamo.comparison(result)
@@ -238,13 +248,19 @@ def main() -> None:
         if result["dynamo"]:
             result["ttft_p50_mock_overhead_over_dynamo"] = frontdoor_dynamo.mock_comparison(result)
         stored = json.loads(RESULT.read_text()) if RESULT.exists() else {}
-        stored["mock"] = result
+        key = f"mock_{MOCK_RANKS}_vs_dynamo_{args.dynamo_mode}" if args.dynamo else f"mock_{MOCK_RANKS}"
+        stored.setdefault("mock_runs", {})[key] = result
+        stored["mock"] = result  # the latest mock run
         if "ttft_p50_mock_overhead_over_dynamo" in result:
-            stored["ttft_p50_mock_overhead_over_dynamo"] = result["ttft_p50_mock_overhead_over_dynamo"]
+            ratios = stored.get("ttft_p50_mock_overhead_over_dynamo", {})
+            ratios = ratios if "runs" in ratios else {"runs": {}}
+            ratios["runs"][key] = result["ttft_p50_mock_overhead_over_dynamo"]
+            ratios.update(result["ttft_p50_mock_overhead_over_dynamo"])  # the latest, at the top
+            stored["ttft_p50_mock_overhead_over_dynamo"] = ratios
         RESULT.write_text(json.dumps(stored, indent=2) + "\n")
     else:
         stored = json.loads(RESULT.read_text()) if RESULT.exists() else {}
-        keep = {k: stored[k] for k in ("mock", "ttft_p50_mock_overhead_over_dynamo") if k in stored}
+        keep = {k: stored[k] for k in ("mock", "mock_runs", "ttft_p50_mock_overhead_over_dynamo") if k in stored}
         RESULT.write_text(json.dumps({**result, **keep}, indent=2) + "\n")
     print(f"{'':24s}{'in-process':>12s}{'cluster':>12s}{'overhead':>12s}")
     for key in ("ttft_ms", "itl_ms"):

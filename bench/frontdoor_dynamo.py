@@ -179,8 +179,24 @@ async def dynamo_latency(base: str, n: int) -> dict:
     }
 
 
-def run_dynamo(requests: int, rate_requests: int, concurrency: int, workers: int = 2) -> dict:
-    """Dynamo frontend + `workers` mockers under frontdoor.py's load; figures like ours."""
+def mocker_commands(mode: str, workers: int, model: list[str]) -> list[list[str]]:
+    """The mocker processes: `workers` aggregated ones (mode agg), or (disagg) one prefill mocker,
+    its KV handed to one decode mocker (bootstrap rendezvous on a loopback port, the KV transfer's
+    time at NVLink's ~450 GB/s the mocker's docs suggest, / the speedup ratio like every step)."""
+    base = ["dynamo.mocker", *model, *PLANES, "--speedup-ratio", str(SPEEDUP), "--decode-speedup-ratio",
+            str(SPEEDUP), "--num-gpu-blocks-override", "4096", "--block-size", "16", "--max-num-seqs", "256"]
+    if mode == "agg":
+        return [base] * workers
+    if mode != "disagg":
+        raise ValueError(f"mode: agg or disagg, got {mode!r}")
+    return [[*base, "--disaggregation-mode", "prefill", "--bootstrap-ports", str(free_port()),
+             "--kv-transfer-bandwidth", "450"],
+            [*base, "--disaggregation-mode", "decode", "--kv-transfer-bandwidth", "450"]]
+
+
+def run_dynamo(requests: int, rate_requests: int, concurrency: int, workers: int = 2, mode: str = "agg") -> dict:
+    """Dynamo frontend + mockers under frontdoor.py's load; figures like ours. mode agg: `workers`
+    aggregated mockers, round-robin; disagg: a prefill and a decode mocker behind its KV router."""
     tok = make_tokenizer()
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -190,13 +206,10 @@ def run_dynamo(requests: int, rate_requests: int, concurrency: int, workers: int
         model = ["--model-path", str(tok), "--model-name", frontdoor_client.MODEL]
         procs = []
         try:
-            for w in range(workers):
-                mocker = ["dynamo.mocker", *model, *PLANES, "--speedup-ratio", str(SPEEDUP)]
-                mocker += ["--decode-speedup-ratio", str(SPEEDUP), "--num-gpu-blocks-override"]
-                mocker += ["4096", "--block-size", "16", "--max-num-seqs", "256"]
+            for w, mocker in enumerate(mocker_commands(mode, workers, model)):
                 procs.append(start(mocker, env, logs / f"mocker{w}.log"))
             frontend = ["dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", str(port)]
-            frontend += [*PLANES, *model, "--router-mode", "round-robin"]
+            frontend += [*PLANES, *model, "--router-mode", "round-robin" if mode == "agg" else "kv"]
             procs.append(start(frontend, env, logs / "frontend.log"))
             try:
                 wait_ready(base, procs, timeout_s=90)
@@ -214,9 +227,10 @@ def run_dynamo(requests: int, rate_requests: int, concurrency: int, workers: int
             stop(procs)
     return {
         "version": "ai-dynamo 1.6.1 (frontend + mocker)",
-        "workers": workers,
+        "mode": mode,
+        "workers": workers if mode == "agg" else {"prefill": 1, "decode": 1},
         "mocker_speedup_ratio": SPEEDUP,
-        "router_mode": "round-robin",
+        "router_mode": "round-robin" if mode == "agg" else "kv",
         "planes": "discovery file, request tcp, event zmq; all on 127.0.0.1",
         "tokenizer": "local byte-level BPE, no merges (1 byte = 1 token), .venv-peers/tok",
         "sse_chunks_per_16_token_stream": chunks,

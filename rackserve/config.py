@@ -26,6 +26,10 @@ class EngineSection(Section):
     # "real" runs the small model; "mock" keeps the scheduler, block hashing, cache, pool, events
     # and pacing but emits deterministic pseudo-tokens (rackserve/model/mock_engine.py).
     kind: Literal["real", "mock"] = "real"
+    mock_ranks: Literal["actor", "service"] = Field(
+        "actor", description="engine.kind mock: an instance's ranks in one Ray actor (a killed actor restarts "
+        "them), or in the worker service's own process on a thread of their own (no Ray hop per step, as "
+        "Dynamo's mocker steps inside its worker; they live and restart with the service)")
     model_id: str = "rackserve-moe-small"
     seed: int = 0
     block_size: int = Field(16, gt=0, description="tokens per KV block")

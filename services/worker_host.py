@@ -28,7 +28,7 @@ from rackserve.timing import TimingModel
 from rackserve.timing.batch import StepBatch, StepCost
 from services.grpc_limits import SERVER_OPTIONS
 from services.instance_loop import InstanceLoop, StepDone
-from services.rank_group import GroupedRank, RankGroup, StepBatcher
+from services.rank_group import GroupedRank, InProcessGroup, RankGroup, StepBatcher
 from services.rank_worker import RankWorker
 from services.step_memo import StepMemo
 from services.topology import InstanceSpec, instances
@@ -104,8 +104,14 @@ def spawn_instance(
 
 
 def spawn_rank_group(spec: InstanceSpec, cfg: Config, redis_url: str, pool_addr: str) -> list:
-    """The instance's ranks in one actor (one process); a handle per rank that answers as a rank
-    actor does."""
+    """The instance's ranks in one actor (one process), or in this process (engine.mock_ranks:
+    service); a handle per rank that answers as a rank actor does."""
+    if cfg.engine.mock_ranks == "service":
+        local = RankGroup(cfg, spec.role, spec.name, spec.dp_ranks, redis_url, pool_addr)
+        if not local.ready():
+            raise RuntimeError(f"{spec.name}: mock ranks not ready")
+        batcher = StepBatcher(InProcessGroup(local, spec.name))
+        return [GroupedRank(batcher, r) for r in range(spec.dp_ranks)]
     group = RayRankGroup.options(
         num_cpus=RANK_CPUS,
         name=f"{spec.name}/ranks",
@@ -182,8 +188,10 @@ def start_worker(role: str, args: argparse.Namespace) -> Worker:
         name: spawn_instance(s, cfg, args.redis_url, args.pool, args.engram)
         for name, s in specs.items()
     }
-    # Instances start side by side (a mock group does not wait for itself); all answer before serving.
-    ray.get([rank.ready.remote() for ranks in actors.values() for rank in ranks])
+    # Instances start side by side (a mock group does not wait for itself); all answer before serving
+    # (ranks in this process answered as they were made).
+    if not (cfg.engine.kind == "mock" and cfg.engine.mock_ranks == "service"):
+        ray.get([rank.ready.remote() for ranks in actors.values() for rank in ranks])
     metrics = serve_metrics(cfg, args.metrics_port, args.host)
     return Worker(cfg, TimingModel.from_section(cfg.timing), specs, actors, metrics)
 

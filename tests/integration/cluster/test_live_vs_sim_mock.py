@@ -47,9 +47,12 @@ def requests() -> list[Request]:
             for k, p in enumerate(plan(SHAPE))]
 
 
-@pytest.fixture(scope="module")
-def mock_cluster():
-    env = {"RACKSERVE_CLUSTER__TIME_SCALE": TIME_SCALE, "RACKSERVE_ENGINE__KIND": "mock"}
+@pytest.fixture(scope="module", params=["actor", "service"])
+def mock_cluster(request):
+    """Mock ranks in one Ray actor per instance, and in the worker services' own processes
+    (engine.mock_ranks): the same answers either way."""
+    env = {"RACKSERVE_CLUSTER__TIME_SCALE": TIME_SCALE, "RACKSERVE_ENGINE__KIND": "mock",
+           "RACKSERVE_ENGINE__MOCK_RANKS": request.param}
     proc = LauncherProcess(launcher_command("--port", str(free_port()), "--engine", "mock"), env=env)
     proc.start(timeout_s=240)
     yield proc

@@ -7,13 +7,14 @@ mock-cluster tests (tests/integration/cluster/test_mock_cluster.py)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from types import SimpleNamespace
 
 import pytest
 
 from rackserve.config import load_config
 from services.launcher import parse_args
-from services.rank_group import GroupedRank, StepBatcher
+from services.rank_group import GroupedRank, InProcessGroup, StepBatcher
 
 
 class GroupDouble:
@@ -60,6 +61,46 @@ def test_a_dead_group_fails_every_rank_of_the_call() -> None:
 
     got = asyncio.run(step_all(GroupDouble(dead), {0: (), 1: ()}))
     assert all(isinstance(g, ConnectionError) for g in got)
+
+
+class Ranks:
+    """RankGroup's methods, recording the thread and order they run in."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, str]] = []
+
+    def step_ranks(self, inboxes: dict) -> dict:
+        self.log.append(("step", threading.current_thread().name))
+        return {r: ("stepped", r, inbox) for r, inbox in inboxes.items()}
+
+    def cancel(self, rank: int, request_id: str) -> None:
+        self.log.append((f"cancel {rank} {request_id}", threading.current_thread().name))
+
+    def ready(self, rank=None) -> bool:
+        return True
+
+    def state(self, rank: int) -> str:
+        return f"state {rank}"
+
+
+def test_ranks_in_the_service_process_answer_as_the_actor_on_their_own_thread() -> None:
+    """engine.mock_ranks service: one group call per turn as with the actor, run off the event
+    loop on the group's one thread, calls in the order they were made."""
+    ranks = Ranks()
+
+    async def go():
+        batcher = StepBatcher(InProcessGroup(ranks, "prefill-0"))
+        handles = [GroupedRank(batcher, r) for r in range(2)]
+        answers = await asyncio.gather(handles[0].step.remote(("a",)), handles[1].step.remote())
+        await handles[1].cancel.remote("req-1")
+        return answers, await handles[1].state.remote(), await handles[0].ready.remote()
+
+    answers, state, ready = asyncio.run(go())
+    assert answers == [("stepped", 0, ("a",)), ("stepped", 1, ())]
+    assert state == "state 1" and ready is True
+    assert [what for what, _ in ranks.log] == ["step", "cancel 1 req-1"]
+    assert all(thread.startswith("ranks-prefill-0") for _, thread in ranks.log)
+    assert threading.current_thread().name not in {thread for _, thread in ranks.log}
 
 
 @pytest.mark.parametrize("scenario", ["nvl72-vr200", "agentx-3dep2-wideep", "local"])
