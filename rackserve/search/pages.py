@@ -93,7 +93,8 @@ def findings(reports: Sequence[dict]) -> str:
                     f" (the fastest replayed point: {best[key]:,.0f}, `{best['config']['label']}` at "
                     f"{best['concurrency']:,} lanes, TTFT P90 {best['ttft_p90_s']:.2f} s)" if best else ""))
                 continue
-            text = f"at {t} tok/s/user {describe(win['config'])} wins ({win['source']})"
+            where = f", near {win['point']['concurrency']:,} lanes" if win.get("point") else ""
+            text = f"at {t} tok/s/user {describe(win['config'])} wins ({win['source']}{where})"
             other = "wide-ep" if win["config"]["decode_layout"] == "tp8" else "tp8"
             best = _best_replay(r, other, pc)
             if best is not None and best[key] < float(t):

@@ -51,6 +51,7 @@ def test_findings_say_why_the_other_layout_does_not_win_and_keep_prose_short():
     r["points"] = r["points"] + [slow_wide]
     text = headline([r])
     assert "4 TP8 decode (32 GPUs)" in text
+    assert "wins (replay, near 100 lanes)" in " ".join(text.split())  # where on the curve it wins
     assert "no Wide-EP point reaches it (best 400 tok/s/user" not in text  # the fastest Wide-EP is 400 >= 387
     r["points"] = [slow_wide]
     text = headline([r])
