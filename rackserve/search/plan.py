@@ -18,11 +18,11 @@ import numpy as np
 
 from rackserve.search.envelope import THROUGHPUT, envelope
 
-# CPU s per request the replay simulates, warm-up included, on this machine: the 19 replays of the
-# committed fresh nvl72-vr200 search (bench/results/frontier/fresh/nvl72-vr200, code 7f924d5) cost
-# 0.85 ms per request in all (0.83-0.97 ms on the Wide-EP points of 250k-550k requests); the 27 of
-# nvl72-gb300, 1.02 ms. (2026-12-05, code of issues 31/32: 1.4 ms.) A search refines it from its
-# own points (frontier._cpu_per_request) before it plans the runners-up and the rest.
+# CPU s per request the replay simulates, warm-up included, on this machine: the 19 replays of a
+# fresh nvl72-vr200 search on code 7f924d5 (2026-12-06) cost 0.85 ms per request in all (0.83-0.97 ms
+# on the Wide-EP points of 250k-550k requests); the 27 of nvl72-gb300, 1.02 ms. (2026-12-05, code of
+# issues 31/32: 1.4 ms.) A search refines it from its own points (frontier._cpu_per_request) before
+# it plans the runners-up and the rest.
 CPU_S_PER_REQUEST = 0.9e-3
 CPU_S_PER_POINT = 6.0  # reading and hashing the trace, building the simulator
 FLANKS = (0.8, 1.25)  # lanes around a target's crossing, so the replays bracket it
