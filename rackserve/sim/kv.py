@@ -168,6 +168,11 @@ class ClusterKV:
         for i in touched:
             self._publish_pool(i)
 
+    @property
+    def lagged(self) -> bool:
+        """Whether the router's lookups can differ from the truth (routing.event_lag_s > 0)."""
+        return self._rank_vis is not None
+
     def truth(self, on: bool) -> None:
         """Router lookups see every block at once while on (no event lag): hindsight's view."""
         self._truth = on

@@ -43,6 +43,24 @@ def timing_for(scenario: Scenario) -> CachedTiming:
     return CachedTiming(TimingModel.from_section(scenario.config.timing, prefill_chunk_tokens(scenario.sim)))
 
 
+_TIMINGS: dict[tuple[str, int], CachedTiming] = {}  # per process: the step-cost memo of each timing
+SHARED_TIMINGS = 8  # timing models kept (a frontier search's worker sees a few: MTP on and off, two chunks)
+
+
+def shared_timing(scenario: Scenario) -> CachedTiming:
+    """One CachedTiming per (timing section, prefill chunk) in this process, so the points of a
+    sweep, or the replays of a frontier search that land on one worker, share its memo: a key
+    always prices the same representative batch, so sharing changes no figure, only speed. The
+    chunk is part of the key: it is the router's reference step (timing_for)."""
+    key = (scenario.config.timing.model_dump_json(), prefill_chunk_tokens(scenario.sim))
+    timing = _TIMINGS.get(key)
+    if timing is None:
+        if len(_TIMINGS) >= SHARED_TIMINGS:
+            _TIMINGS.pop(next(iter(_TIMINGS)))  # the oldest: its memo and router tables go with it
+        timing = _TIMINGS[key] = timing_for(scenario)
+    return timing
+
+
 def source_factory(scenario: Scenario) -> Callable[[], ArrivalSource]:
     """Fresh sources with identical arrivals: a trace is read and hashed once and shared."""
     cfg = scenario.config

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rackserve.routing.index import PrefixIndex
+from rackserve.routing.match import PrefixMatch
 from rackserve.routing.policy import make_policy
 from rackserve.routing.regret import regret_s
 from rackserve.routing.router import Router, policy_settings
@@ -271,7 +272,7 @@ class Simulator(DecodeSide):
         d_idx, _ = self._where[decision.decode_instance]
         flight = Flight(req, (p_idx, decision.dp_rank), (d_idx, decision.decode_dp_rank), decision.predicted)
         flight.keys = keys
-        flight.regret_s = self._regret(view, decision.key)
+        flight.regret_s = self._regret(view, decision.key, decision.match)
         if self.scenario.config.pool.prefetch_while_queued:
             self._look_up(flight, decision.key, now)  # the rank fetches the pooled part while the prompt queues
         inst = self.prefill[p_idx]
@@ -326,16 +327,18 @@ class Simulator(DecodeSide):
         hit, ready = self.kv.delivered_hit(key, flight.keys, flight.request.prompt_tokens, now)
         flight.delivered, flight.fetch_ready = hit, ready
 
-    def _regret(self, view: RequestView, chosen: tuple[str, int]) -> float:
+    def _regret(self, view: RequestView, chosen: tuple[str, int], routed: PrefixMatch | None = None) -> float:
         """Routing regret of a decision: least-uncached-work's estimate of when the prompt finishes
         prefill on the chosen rank less that on the best rank, both with the caches as they truly
-        are (no event lag) and the ranks' queued work (rackserve/routing/regret.py)."""
-        self.kv.truth(True)
-        try:
-            match = self.router.match(view)
-        finally:
-            self.kv.truth(False)
-        return regret_s(self.cost, view, self._view.prefill_ranks(), match, chosen)
+        are (no event lag) and the ranks' queued work (rackserve/routing/regret.py). Without event
+        lag the router saw the truth: its own match (`routed`) is the hindsight one."""
+        if routed is None or self.kv.lagged:
+            self.kv.truth(True)
+            try:
+                routed = self.router.match(view)
+            finally:
+                self.kv.truth(False)
+        return regret_s(self.cost, view, self._view.prefill_ranks(), routed, chosen)
 
     def _start_prefill_step(self, now: float, idx: int) -> list[Event]:
         inst = self.prefill[idx]

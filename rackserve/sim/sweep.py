@@ -20,9 +20,8 @@ from rackserve.sim.frontier import (
     saturated_at,
     throughput_at,
 )
-from rackserve.sim.run import run_policies, timing_for, with_concurrency
+from rackserve.sim.run import run_policies, shared_timing, with_concurrency
 from rackserve.sim.scenario import load_scenario
-from rackserve.sim.step_cache import CachedTiming
 
 RAY_ENV = {  # local, loopback-only, offline Ray (ENVIRONMENT.md)
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
@@ -43,16 +42,6 @@ class GridPoint:
     measure_start_s: float | None = None  # trace workload: measured window start override
 
 
-_TIMINGS: dict[str, CachedTiming] = {}  # per process: the step-cost memo of each timing section
-
-
-def shared_timing(scenario) -> CachedTiming:
-    """One CachedTiming per timing section in this process, so the points of a sweep share its memo
-    (a key always prices the same representative batch: sharing changes no figure, only speed)."""
-    key = scenario.config.timing.model_dump_json()
-    if key not in _TIMINGS:
-        _TIMINGS[key] = timing_for(scenario)
-    return _TIMINGS[key]
 
 
 def run_point(point: GridPoint) -> dict:

@@ -137,3 +137,35 @@ def test_the_budget_is_spent_on_the_cpu_the_replays_measured():
     booked = [p["cpu_s"] for p in rep["points"] + rep.get("invalid_points", []) if p["source"] == "replay"]
     # predicted costs within the budget would stop at a quarter of it
     assert budget / 4 < sum(booked) <= budget, booked
+
+
+
+def test_replays_on_one_worker_share_the_step_memo_and_not_their_figures():
+    """A worker's later replays find the steps its earlier ones priced (rackserve.sim.run.shared_timing):
+    the same figures as with a fresh memo, with fewer timing-model evaluations."""
+    import yaml
+
+    from rackserve.search.confirm import replay_point
+    from rackserve.search.rack import RackSpec, configurations
+    from rackserve.sim import run as sim_run
+
+    rack = RackSpec.model_validate(yaml.safe_load(RACK))
+    cfgs = [c.to_dict() for c in configurations(rack)]
+    a = cfgs[0]
+    b = next(c for c in cfgs if c["decode_max_num_seqs"] != a["decode_max_num_seqs"] and c["prefill_count"] ==
+             a["prefill_count"])
+
+    def misses() -> int:
+        return sum(t.misses for t in sim_run._TIMINGS.values())
+
+    sim_run._TIMINGS.clear()
+    fresh = replay_point(rack.model_dump(), b, 8)
+    fresh_misses = misses()
+    sim_run._TIMINGS.clear()
+    replay_point(rack.model_dump(), a, 8)
+    before = misses()
+    shared = replay_point(rack.model_dump(), b, 8)
+    assert len(sim_run._TIMINGS) == 1  # one timing section, one chunk: one memo for both
+    skip = {"cpu_s", "wall_s", "max_rss_gb"}
+    assert {k: v for k, v in shared.items() if k not in skip} == {k: v for k, v in fresh.items() if k not in skip}
+    assert fresh_misses > 0 and misses() - before < fresh_misses  # b found steps a had priced
