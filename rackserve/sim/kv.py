@@ -143,6 +143,7 @@ class ClusterKV:
         self._lost: dict[int, str] = {}  # block hash -> tier it was dropped from (gone everywhere)
         self.now = 0.0
         self._truth = False
+        self.lag_cuts = 0  # router lookups that the event lag cut short (what they saw was not the truth)
         lag = event_lag_s > 0
         self._rank_vis = {key: Visibility(event_lag_s) for key in self.caches} if lag else None
         self._pool_vis = [Visibility(event_lag_s) for _ in self.pools] if lag else None
@@ -168,11 +169,6 @@ class ClusterKV:
         for i in touched:
             self._publish_pool(i)
 
-    @property
-    def lagged(self) -> bool:
-        """Whether the router's lookups can differ from the truth (routing.event_lag_s > 0)."""
-        return self._rank_vis is not None
-
     def truth(self, on: bool) -> None:
         """Router lookups see every block at once while on (no event lag): hindsight's view."""
         self._truth = on
@@ -190,6 +186,8 @@ class ClusterKV:
             return found
         now = self.now
         seen = {key: vis[key].visible(hashes, n, now) for key, n in found.items()}
+        if seen != found:
+            self.lag_cuts += 1
         return {key: n for key, n in seen.items() if n}
 
     def pool_prefix(self, hashes: Sequence[int], i: int = 0) -> tuple[int, int]:
@@ -198,6 +196,8 @@ class ClusterKV:
         if self._pool_vis is None or self._truth or not n:
             return n, n_hbm
         seen = self._pool_vis[i].visible(hashes, n, self.now)
+        if seen != n:
+            self.lag_cuts += 1
         return seen, min(n_hbm, seen)
 
     def instance_pool_prefixes(self, hashes: Sequence[int]) -> dict[str, tuple[int, int]]:

@@ -267,12 +267,14 @@ class Simulator(DecodeSide):
         keys = self._keys(req)
         view = RequestView(keys.keys, req.prompt_tokens, self.block_tokens, str(req.req_id))
         self.kv.advance(now)  # the router sees what has committed (and been heard of) by now
+        cuts = self.kv.lag_cuts
         decision = self.router.route(view, self._view)  # type: ignore[arg-type]  # a ClusterView's interface
         p_idx, _ = self._where[decision.instance]
         d_idx, _ = self._where[decision.decode_instance]
         flight = Flight(req, (p_idx, decision.dp_rank), (d_idx, decision.decode_dp_rank), decision.predicted)
         flight.keys = keys
-        flight.regret_s = self._regret(view, decision.key, decision.match)
+        # the router's match is the truth when the event lag hid nothing from it
+        flight.regret_s = self._regret(view, decision.key, decision.match if self.kv.lag_cuts == cuts else None)
         if self.scenario.config.pool.prefetch_while_queued:
             self._look_up(flight, decision.key, now)  # the rank fetches the pooled part while the prompt queues
         inst = self.prefill[p_idx]
@@ -330,9 +332,9 @@ class Simulator(DecodeSide):
     def _regret(self, view: RequestView, chosen: tuple[str, int], routed: PrefixMatch | None = None) -> float:
         """Routing regret of a decision: least-uncached-work's estimate of when the prompt finishes
         prefill on the chosen rank less that on the best rank, both with the caches as they truly
-        are (no event lag) and the ranks' queued work (rackserve/routing/regret.py). Without event
-        lag the router saw the truth: its own match (`routed`) is the hindsight one."""
-        if routed is None or self.kv.lagged:
+        are (no event lag) and the ranks' queued work (rackserve/routing/regret.py). `routed`: the
+        router's own match when the lag hid nothing from it (it is then the hindsight one)."""
+        if routed is None:
             self.kv.truth(True)
             try:
                 routed = self.router.match(view)
