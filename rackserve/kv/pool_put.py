@@ -331,6 +331,7 @@ class PoolPut:
     def _release_pending(self, pending: _Pending) -> None:
         """Give a reservation's space back; written bytes are to be deleted, and the written
         children that waited for this block are released too (their parent never came)."""
+        self.forgotten += 1  # type: ignore[attr-defined]  # PoolTiers' count of blocks that left it
         block = pending.block
         self._reserved[block.tier] -= block.charge
         self._used[block.tier] -= block.charge

@@ -56,6 +56,7 @@ class PoolTiers(PoolPut):
     ) -> None:
         self.limits = limits
         self.counters = PoolCounters()
+        self.forgotten = 0  # times a block it knew (stored or reserved) left it: dropped, released, cleared
         self._chains = PoolChains()
         self._leases = Leases(limits.lease_s)
         self._used = dict.fromkeys(POOL_TIERS, 0)  # target bytes, committed + reserved
@@ -211,6 +212,7 @@ class PoolTiers(PoolPut):
         self._txn_heap.clear()
         self._leases.clear()
         self.counters.clears += 1
+        self.forgotten += 1
         return dropped
 
     def drain(self) -> tuple[list[KVEvent], list[int]]:
@@ -293,6 +295,7 @@ class PoolTiers(PoolPut):
 
     def _drop(self, block: StoredBlock, why: str) -> None:
         """A block leaves the pool: its bytes are to be deleted."""
+        self.forgotten += 1
         self._chains.detach(block)
         self._used[block.tier] -= block.charge
         self._actual_used -= block.size

@@ -141,6 +141,7 @@ class ClusterKV:
         self._commits: list[tuple[float, int, int]] = []  # (finish time, txn, pool) of puts still crossing
         self._put_chain: dict[tuple[int, int], tuple[Sequence[int], int]] = {}  # (pool, txn) -> (keys, keys before)
         self._lost: dict[int, str] = {}  # block hash -> tier it was dropped from (gone everywhere)
+        self._put_failed = [False] * len(self.pools)  # per pool: a put of some block found no room
         self.now = 0.0
         self._truth = False
         self.lag_cuts = 0  # router lookups that the event lag cut short (what they saw was not the truth)
@@ -289,7 +290,9 @@ class ClusterKV:
         gone = cache.store(keys.keys)
         pi = self._pool_index(rank)
         pool, paths = self.pools[pi], self.all_paths[pi]
-        if gone:
+        if gone and (self._put_failed[pi] or pool.forgotten):
+            # a key a rank held is unknown to its pool only if a put of it failed or the pool let it go
+            # (every key a rank stores is put, or already known): until then there is nothing to look up
             self._lost.update(dict.fromkeys(pool.unknown(gone), "rank_hbm"))
         first = delivered_tokens // (self.block_tokens * keys.group)
         if not keys.keys[first:]:
@@ -311,6 +314,8 @@ class ClusterKV:
         else:
             written = sum(size if i + 1 < len(fresh) else last for i in res.to_write)
             to_write = tuple(fresh[i] for i in res.to_write)
+            if "no_space" in res.statuses:
+                self._put_failed[pi] = True
         if to_write:
             done = now if paths is None else paths.transfer(now, rank, self._put_tier[pi], "write", written)
             lost = self._lost

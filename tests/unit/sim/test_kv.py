@@ -55,3 +55,45 @@ def test_an_empty_prompt_finds_nothing_and_costs_nothing():
     kv = _kv()
     hit, ready = kv.delivered_hit(A, BlockKeys.of([], 1), 0, now=1.0)
     assert hit.total == 0 and ready == 1.0
+
+
+@pytest.mark.parametrize("pool_blocks", [10_000, 40])
+def test_evicted_rank_keys_are_looked_up_in_the_pool_only_once_it_could_lack_them(pool_blocks):
+    """A key a rank evicts is unknown to its pool only after a failed put or a block leaving the pool;
+    until then the lookup is skipped. Against a twin that always looks up (the same random chains
+    stored and read on two ranks with small caches): the same lost keys, the same recomputed tokens."""
+    import random
+
+    def ops(kv: ClusterKV) -> None:
+        rng = random.Random(7)
+        convs = [[c * 1000 + i for i in range(1, 3)] for c in range(12)]
+        t = 0.0
+        for _ in range(300):
+            t += 0.01
+            conv = rng.randrange(len(convs))
+            chain = convs[conv]
+            chain.extend(chain[-1] + 1 + i for i in range(rng.randrange(1, 4)))
+            rank = rng.choice((A, B))
+            keys = BlockKeys.of(list(chain), 1)
+            hit, _ = kv.delivered_hit(rank, keys, len(chain) * BLOCK_TOKENS, now=t)
+            kv.store(rank, keys, hit.total, now=t)
+
+    kv, twin = _kv(bw=1e12, hbm_blocks=pool_blocks, dram_blocks=pool_blocks), \
+        _kv(bw=1e12, hbm_blocks=pool_blocks, dram_blocks=pool_blocks)
+    twin._put_failed = [True]  # always looks the evicted keys up
+    calls = {"kv": 0, "twin": 0}
+    for name, k in (("kv", kv), ("twin", twin)):
+        lookup = k.pool.unknown
+
+        def counted(hashes, _name=name, _lookup=lookup):
+            calls[_name] += 1
+            return _lookup(hashes)
+
+        k.pool.unknown = counted
+        ops(k)
+    assert kv.evictions()["rank_hbm"] > 0 and calls["twin"] > 0
+    assert kv._lost == twin._lost and kv.recomputed_tokens == twin.recomputed_tokens
+    if pool_blocks == 10_000:  # nothing ever left the pool: no lookup was needed
+        assert kv.pool.forgotten == 0 and calls["kv"] == 0
+    else:  # the pool dropped blocks: evicted keys were looked up from then on, and some were lost
+        assert kv.pool.forgotten > 0 and calls["kv"] > 0 and "rank_hbm" in kv._lost.values()
