@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from rackserve.routing.cost import CostModel
 from rackserve.routing.match import PrefixMatch
-from rackserve.routing.policies.least_uncached import uncached_work_s
+from rackserve.routing.policies.least_uncached import UncachedWork, uncached_work_s
 from rackserve.routing.view import PrefixHit, RankId, RankState, RequestView
 
 
@@ -30,11 +30,13 @@ def regret_s(cost: CostModel, request: RequestView, ranks: Iterable[RankState], 
     hindsight `match`; `chosen_hit` replaces the chosen rank's hit by what it delivered."""
     best = float("inf")
     mine = None
+    work = UncachedWork(cost, match, request.prompt_tokens)
     for rank in ranks:
-        hit = match.tokens(match.hbm_blocks(rank.key), rank.instance)
         if rank.key == chosen and chosen_hit is not None:
             hit = (chosen_hit.rank_hbm, chosen_hit.pool_hbm, chosen_hit.pool_dram)
-        c = target_cost_s(cost, rank, hit, request.prompt_tokens)
+            c = target_cost_s(cost, rank, hit, request.prompt_tokens)
+        else:
+            c = rank.queued_work_s + work(rank.layout, match.hbm_blocks(rank.key), rank.instance)
         best = min(best, c)
         if rank.key == chosen:
             mine = c

@@ -78,6 +78,7 @@ class LeastUncachedWork:
         best: tuple[float, tuple[float, int, int, RankId]] | None = None
         pick: RankState | None = None
         score = 0.0
+        work = UncachedWork(self._cost, match, request.prompt_tokens)
         for ranks in by_instance.values():
             busiest = max(r.queued_work_s for r in ranks) if self._balance and len(ranks) > 1 else None
             healthy = [r for r in ranks if r.healthy]
@@ -85,8 +86,7 @@ class LeastUncachedWork:
             for rank in healthy:
                 if rank is not coldest and rank.key not in in_hbm:
                     continue
-                hit = match.tokens(in_hbm.get(rank.key, 0), rank.instance)
-                done = rank.queued_work_s + uncached_work_s(self._cost, rank.layout, hit, request.prompt_tokens)
+                done = rank.queued_work_s + work(rank.layout, in_hbm.get(rank.key, 0), rank.instance)
                 if busiest is not None:  # + the siblings' idle, + the stall behind their step in progress
                     stall = min(busiest - rank.queued_work_s, self._full_step_s(rank.layout))
                     priced = done + max(0.0, done - busiest) + max(0.0, stall)
@@ -138,6 +138,26 @@ class LeastUncachedWork:
     ) -> float:
         work = uncached_work_s(self._cost, layout, match.tokens(hbm), request.prompt_tokens)
         priced[(layout, hbm)] = work
+        return work
+
+
+class UncachedWork:
+    """uncached_work_s of one request on ranks holding `hbm` of its blocks, priced once per (layout,
+    HBM blocks, pool the rank reaches): most ranks hold none of a prompt, so most prices repeat."""
+
+    __slots__ = ("cost", "match", "prompt_tokens", "scoped", "seen")
+
+    def __init__(self, cost: CostModel, match: PrefixMatch, prompt_tokens: int) -> None:
+        self.cost, self.match, self.prompt_tokens = cost, match, prompt_tokens
+        self.scoped = match.instance_pools is not None  # a pool per instance: its hits differ by instance
+        self.seen: dict[tuple[str, int, str | None], float] = {}
+
+    def __call__(self, layout: str, hbm: int, instance: str) -> float:
+        key = (layout, hbm, instance if self.scoped else None)
+        work = self.seen.get(key)
+        if work is None:
+            hit = self.match.tokens(hbm, instance)
+            work = self.seen[key] = uncached_work_s(self.cost, layout, hit, self.prompt_tokens)
         return work
 
 

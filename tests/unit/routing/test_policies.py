@@ -347,3 +347,31 @@ def test_luw_skips_an_unhealthy_cached_rank_and_short_prompts_work(cost, idle_cl
     for name in ("least-uncached-work", "dynamo-kv", "prefix-hash", "round-robin"):
         d = _router(name, cost).route(short, idle_cluster)
         assert d.predicted == PrefixHit() and d.key in {r.key for r in idle_cluster.prefill_ranks()}
+
+
+@pytest.mark.parametrize("scoped", [False, True])
+def test_uncached_work_is_priced_once_per_layout_hbm_blocks_and_reachable_pool(cost, scoped):
+    """UncachedWork (least-uncached-work and regret) gives every rank the price uncached_work_s gives it,
+    pricing each distinct (layout, HBM blocks, pool) once; with a pool per instance, equal HBM blocks
+    on two instances reach different pools and are priced apart."""
+    from rackserve.routing.match import PrefixMatch
+    from rackserve.routing.policies.least_uncached import UncachedWork, uncached_work_s
+
+    pools = {"p0": (30, 10), "p1": (5, 5)} if scoped else None
+    match = PrefixMatch(16, 16 * 50, {("p0", 0): 20}, {0: (12, 3), 20: (4, 6)}, pools)
+    calls = []
+
+    class Counting(type(cost)):
+        def prefill_estimate_s(self, *a):
+            calls.append(a)
+            return super().prefill_estimate_s(*a)
+
+    counting = Counting()
+    work = UncachedWork(counting, match, match.prompt_tokens)
+    ranks = [("dep2", "p0", 0), ("dep2", "p0", 1), ("dep2", "p1", 0), ("dep2", "p1", 1), ("tp8", "p1", 1)]
+    for layout, inst, rank in ranks:
+        hbm = match.hbm_blocks((inst, rank))
+        want = uncached_work_s(cost, layout, match.tokens(hbm, inst), match.prompt_tokens)
+        assert work(layout, hbm, inst) == want
+    # distinct prices: p0/0 (20 blocks), the cold dep2 ranks (one pool, or one per instance), tp8
+    assert len(calls) == (4 if scoped else 3)
