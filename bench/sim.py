@@ -65,9 +65,14 @@ print(json.dumps({"outer_wall_s": wall, "wall_time_ms": s["wall_time_ms"], "requ
 """
 
 
-def run_ours(trace: Path, group: int, policy: str, repeats: int) -> dict:
+def scenario(trace: Path, group: int):
+    """scenarios/dep2x12.yaml on `trace`, its KV tracked in groups of `group` blocks."""
     sc = with_trace(load_scenario(ROOT / "scenarios" / "dep2x12.yaml"), trace)
-    sc = sc.__class__(sc.name, sc.config, sc.workload, sc.sim.model_copy(update={"kv_block_multiple": group}))
+    return sc.__class__(sc.name, sc.config, sc.workload, sc.sim.model_copy(update={"kv_block_multiple": group}))
+
+
+def run_ours(trace: Path, group: int, policy: str, repeats: int) -> dict:
+    sc = scenario(trace, group)
     t0 = time.perf_counter()
     make = source_factory(sc)
     load_s = time.perf_counter() - t0
@@ -89,8 +94,7 @@ def run_ours(trace: Path, group: int, policy: str, repeats: int) -> dict:
 def cold_once(trace: Path, group: int, policy: str, sample: bool = False) -> dict:
     """A user's first run: this process's first Simulator, its step-cost memo and router tables empty
     (the trace is read and hashed before the clock starts, as in run_ours)."""
-    sc = with_trace(load_scenario(ROOT / "scenarios" / "dep2x12.yaml"), trace)
-    sc = sc.__class__(sc.name, sc.config, sc.workload, sc.sim.model_copy(update={"kv_block_multiple": group}))
+    sc = scenario(trace, group)
     make = source_factory(sc)
     source = make()
     sampler = None
@@ -134,8 +138,7 @@ def sampled_warm(trace: Path, group: int, policy: str) -> dict:
     sys.path.insert(0, str(ROOT / "bench"))
     from sampler import Sampler
 
-    sc = with_trace(load_scenario(ROOT / "scenarios" / "dep2x12.yaml"), trace)
-    sc = sc.__class__(sc.name, sc.config, sc.workload, sc.sim.model_copy(update={"kv_block_multiple": group}))
+    sc = scenario(trace, group)
     make, timing = source_factory(sc), timing_for(sc)
     Simulator(sc, timing, policy, make()).run()
     source = make()

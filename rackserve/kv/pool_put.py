@@ -48,6 +48,7 @@ class PoolPut:
     _txns: dict[int, dict[int, None]]
     _txn_heap: list[tuple[float, int]]
     _outbox: PoolOutbox
+    forgotten: int  # blocks that left the pool after it knew them (PoolTiers counts them)
     # and, from PoolTiers: expire(now), _allocate(charge, size, first) -> tier, _new_id()
 
     def reserve(self, blocks: list[BlockPut], owner: str, now: float, parent_hash: int | None = None) -> Reservation:
@@ -331,7 +332,7 @@ class PoolPut:
     def _release_pending(self, pending: _Pending) -> None:
         """Give a reservation's space back; written bytes are to be deleted, and the written
         children that waited for this block are released too (their parent never came)."""
-        self.forgotten += 1  # type: ignore[attr-defined]  # PoolTiers' count of blocks that left it
+        self.forgotten += 1
         block = pending.block
         self._reserved[block.tier] -= block.charge
         self._used[block.tier] -= block.charge

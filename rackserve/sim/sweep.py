@@ -42,8 +42,6 @@ class GridPoint:
     measure_start_s: float | None = None  # trace workload: measured window start override
 
 
-
-
 def run_point(point: GridPoint) -> dict:
     """One simulation of the grid (runs inside a Ray task); returns the result as a dict."""
     sc = with_concurrency(load_scenario(point.scenario), point.concurrency)

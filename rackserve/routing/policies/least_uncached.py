@@ -102,16 +102,13 @@ class LeastUncachedWork:
         # Only ranks holding part of the prompt in HBM, plus the least-loaded cold rank of each
         # layout, can win: every other cold rank costs the same work on top of a longer queue.
         in_hbm = match.rank_blocks
-        priced: dict[tuple[str, int], float] = {}
+        work = UncachedWork(self._cost, match, request.prompt_tokens)
         best: tuple[float, tuple[float, int, int, RankId]] | None = None
         pick: RankState | None = None
         for ranks in cluster.prefill_by_load().values():
             cold = next((r for r in ranks if r.key not in in_hbm), None)
             if cold is not None:
-                key = (
-                    cold.queued_work_s + self._work(priced, cold.layout, 0, request, match),
-                    cold.load_order,
-                )
+                key = (cold.queued_work_s + work(cold.layout, 0, cold.instance), cold.load_order)
                 if best is None or key < best:
                     best, pick = key, cold
         by_key = cluster.prefill_by_key
@@ -119,26 +116,11 @@ class LeastUncachedWork:
             rank = by_key.get(rank_key)
             if rank is None:
                 continue  # a decode or unhealthy rank's cache
-            work = priced.get((rank.layout, hbm))
-            if work is None:
-                work = self._work(priced, rank.layout, hbm, request, match)
-            key = (rank.queued_work_s + work, rank.load_order)
+            key = (rank.queued_work_s + work(rank.layout, hbm, rank.instance), rank.load_order)
             if best is None or key < best:
                 best, pick = key, rank
         assert best is not None and pick is not None
         return Scored(pick, best[0])
-
-    def _work(
-        self,
-        priced: dict[tuple[str, int], float],
-        layout: str,
-        hbm: int,
-        request: RequestView,
-        match: PrefixMatch,
-    ) -> float:
-        work = uncached_work_s(self._cost, layout, match.tokens(hbm), request.prompt_tokens)
-        priced[(layout, hbm)] = work
-        return work
 
 
 class UncachedWork:

@@ -139,7 +139,6 @@ def test_the_budget_is_spent_on_the_cpu_the_replays_measured():
     assert budget / 4 < sum(booked) <= budget, booked
 
 
-
 def test_replays_on_one_worker_share_the_step_memo_and_not_their_figures():
     """A worker's later replays find the steps its earlier ones priced (rackserve.sim.run.shared_timing):
     the same figures as with a fresh memo, with fewer timing-model evaluations."""
