@@ -332,7 +332,8 @@ def test_luw_pick_equals_brute_force_argmin(cost, rows, pool_hbm, pool_dram):
             if balance and len(siblings) > 1:
                 full = cost.prefill_estimate_s(r.layout, getattr(cost, "reference_chunk_tokens", 8192), 0)
                 stall = min(max(siblings) - r.queued_work_s, full)
-                done += max(0.0, done - max(siblings)) + max(0.0, stall)
+                # in the policy's order, (done + idle) + stall: a tie must not turn on one ulp
+                done = done + max(0.0, done - max(siblings)) + max(0.0, stall)
             return (done, r.load_order)
 
         want = min((r for r in ranks if r.healthy), key=brute_key)
