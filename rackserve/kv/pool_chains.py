@@ -5,6 +5,21 @@ A prefix is matched from its first block, so a block whose parent is gone can ne
 keeping it would waste the tier. Touching a chain touches it tail first and then its stored
 ancestors, so a parent is always at least as recent as its children and LRU order already puts
 tails first; the children check keeps that true under leases and suffix lookups too.
+
+LRU order is kept lazily (issue 33): a touch or a commit is logged, and the log is replayed into
+the tiers' OrderedDicts only when something reads the order (an eviction, `blocks`) or changes a
+block's place otherwise (a move, a detach), or when it grows past `_LOG_LIMIT` live entries. A
+touch of a stored chain prefix touches the whole path from the root to its last block (`path(X)`);
+an earlier logged path whose last block lies on a later touched path is contained in it, so every
+block it touched is touched again later and its entry is dropped unreplayed. Replaying the entries
+left, in order, gives exactly the eager order: what a dropped entry did is overwritten by the later
+one, and between a log entry and its replay blocks are only added (a detach or move replays first),
+so every replayed walk finds the blocks and tiers it found when it was logged. An earlier path that
+a later one contains all but its last block of (a prompt that ended inside a block group, which the
+next turn fills with another block) keeps that block alone. In an agentic replay each turn touches
+its conversation's whole history, so the eager order cost one `move_to_end` per stored block of every
+prompt (~144 of them, in a table of millions: 14.5% of a 900 s rack point); lazily a turn costs a
+small-set intersection, and the log holds one path per conversation and one block per earlier turn.
 """
 
 from __future__ import annotations
@@ -18,6 +33,9 @@ from operator import attrgetter
 from rackserve.kv.pool_limits import POOL_TIERS, PoolTier
 
 _FIRST_CHUNK = 64  # blocks of a tier's LRU front read per chunk by eviction, then doubling
+_LOG_LIMIT = 1 << 16  # live log entries (a path per conversation, a block per turn) before a replay anyway
+# log entry kinds: [kind, a, b, parent]; kind None once a later path contains the entry's
+_PREFIX, _TOUCH, _COMMIT, _ADD = 1, 2, 3, 4
 
 
 @dataclass(slots=True)
@@ -34,7 +52,9 @@ _HASH = attrgetter("block_hash")
 
 
 class PoolChains:
-    def __init__(self) -> None:
+    def __init__(self, lazy: bool = True) -> None:
+        """`lazy`: keep LRU order as a log replayed when read (module docstring); False replays
+        every entry at once (the eager order, for tests)."""
         self._lru: dict[PoolTier, OrderedDict[int, StoredBlock]] = {t: OrderedDict() for t in POOL_TIERS}
         self._all: dict[int, StoredBlock] = {}  # every stored block, whatever its tier (one lookup)
         self._hbm = self._lru[POOL_TIERS[0]]
@@ -42,6 +62,11 @@ class PoolChains:
         # in _siblings. One int per parent instead of a set: no object per stored block.
         self._child: dict[int, int] = {}
         self._siblings: dict[int, set[int]] = {}
+        self._log: list[list] = []  # order changes not yet applied to the tiers, oldest first
+        self._ends: dict[int, list] = {}  # a live path entry's last block -> the entry
+        self._tails: dict[int, list] = {}  # a live path entry's last block's parent -> the entry
+        self._limit = _LOG_LIMIT if lazy else 0
+        self._cap = 1024 if lazy else 0  # log length at which dead entries are dropped (or it is replayed)
 
     # ---- queries -------------------------------------------------------------------------
     def get(self, block_hash: int) -> StoredBlock | None:
@@ -60,6 +85,11 @@ class PoolChains:
 
     def blocks(self, tier: PoolTier) -> list[StoredBlock]:
         """A tier's blocks from least to most recently used."""
+        self.flush()
+        return list(self._lru[tier].values())
+
+    def unordered(self, tier: PoolTier) -> list[StoredBlock]:
+        """A tier's blocks in no particular order (no replay of the log)."""
         return list(self._lru[tier].values())
 
     def count(self, tier: PoolTier) -> int:
@@ -126,10 +156,13 @@ class PoolChains:
         self._all[block.block_hash] = block
         if block.parent_hash is not None:
             self._link(block.parent_hash, block.block_hash)
+        self._log.append([_ADD, block.block_hash, None, None])
+        self._logged()
 
     def detach(self, block: StoredBlock) -> None:
         """Take a childless block out of the pool."""
         assert self.is_leaf(block), "a parent leaves before its child"
+        self.flush()
         del self._lru[block.tier][block.block_hash]
         del self._all[block.block_hash]
         if block.parent_hash is not None:
@@ -137,28 +170,111 @@ class PoolChains:
 
     def move(self, block: StoredBlock, tier: PoolTier) -> None:
         """Move a block to another tier (as its most recently used); its chain links stay."""
+        self.flush()
         del self._lru[block.tier][block.block_hash]
         block.tier = tier
         self._lru[tier][block.block_hash] = block
 
     def touch(self, hashes: list[int], now: float) -> None:
         """Mark stored blocks of one chain as just used: tail first, then the chain's stored
-        ancestors up to its root, so no child is ever more recent than its parent.
-        (Inlined per block: this runs over every block of every simulated prompt.)"""
-        if not hashes:
-            return
-        stored, lru = self._all, self._lru
-        for h in reversed(hashes):
-            block = stored.get(h)
-            if block is not None:
-                lru[block.tier].move_to_end(h)
-        self._touch_ancestors(hashes[0])
+        ancestors up to its root, so no child is ever more recent than its parent (logged)."""
+        if hashes:
+            self._log.append([_TOUCH, tuple(hashes), None, None])  # a copy: the caller's list may change
+            self._logged()
 
     def touch_prefix(self, chain: Sequence[int], end: int) -> None:
         """`touch(chain[end - 1:])` for a stored chain prefix: chain[:end] are stored, each hash's
         parent the one before it, so the walk up its ancestors is chain[end - 1], ..., chain[0]
-        (then chain[0]'s own ancestors). The tiers along it are a pool_hbm run then a pool_dram run
-        (pool_tiers.py), so it is two C-level passes of move_to_end instead of one lookup per block."""
+        (then chain[0]'s own ancestors): the path from the root to chain[end - 1] (logged)."""
+        if end > 0:
+            keys = tuple(chain[:end])  # a copy: the caller's sequence may change before the replay
+            self._log_path([_PREFIX, keys, end, None], keys, None)
+
+    def touch_committed(self, chain: list[int], ancestors: Sequence[int] | None) -> None:
+        """The order a commit leaves: its new chain (entered its tiers tail first, parent before
+        child along it) as most recent, then its stored ancestors: `ancestors`, the path from the
+        root to chain[0]'s parent, or found by walking up from chain[0] when None (logged)."""
+        more = None if ancestors is None else tuple(ancestors)
+        keys = tuple(chain)
+        self._log_path([_COMMIT, keys, more, None], keys, more)
+
+    def _log_path(self, entry: list, keys: tuple[int, ...], more: tuple[int, ...] | None) -> None:
+        """Log a touch of the path from the root to keys[-1], which passes through `keys` (and
+        `more`, the path before them). A logged path ending on one of them is contained in it:
+        dropped. One whose last block's parent is on it but not that block (the previous turn's
+        prompt ended inside a block group, which this turn's prompt fills) keeps only that block:
+        the rest of it is touched again here. An entry is [kind, a, b, parent of its last block]."""
+        ends, tails = self._ends, self._tails
+        if ends:
+            for part in (keys, more) if more else (keys,):
+                for h in ends.keys() & part:
+                    old = ends.pop(h)
+                    if tails.get(old[3]) is old:
+                        del tails[old[3]]
+                    old[:] = (None, None, None, None)
+                for h in tails.keys() & part:
+                    old = tails.pop(h)  # live: a dropped one left both tables
+                    old[:] = (_ADD, old[1][-1], None, None)  # its last block alone, where it was
+        last = keys[-1]
+        if len(keys) > 1:
+            parent = keys[-2]
+        elif more:
+            parent = more[-1]
+        else:
+            block = self._all.get(last)
+            parent = None if block is None else block.parent_hash
+        entry[3] = parent
+        self._log.append(entry)
+        ends[last] = entry
+        if parent is not None:
+            tails[parent] = entry
+        self._logged()
+
+    def _logged(self) -> None:
+        log = self._log
+        if len(log) <= self._cap:
+            return
+        live = [e for e in log if e[0] is not None]
+        if len(live) > self._limit:
+            self.flush()
+        else:
+            self._log = live
+            self._cap = max(2 * len(live), 1024)
+
+    def flush(self) -> None:
+        """Replay the logged order changes into the tiers, oldest first."""
+        log = self._log
+        if not log:
+            return
+        self._log = []
+        self._ends.clear()
+        self._tails.clear()
+        self._cap = 1024 if self._limit else 0
+        stored, lru = self._all, self._lru
+        for kind, a, b, _ in log:
+            if kind == _PREFIX:
+                self._touch_prefix_now(a, b)
+            elif kind == _COMMIT:
+                for h in reversed(a):
+                    lru[stored[h].tier].move_to_end(h)
+                if b is not None:
+                    self._touch_prefix_now(b, len(b))
+                else:
+                    self._touch_ancestors(a[0])
+            elif kind == _TOUCH:
+                for h in reversed(a):
+                    block = stored.get(h)
+                    if block is not None:
+                        lru[block.tier].move_to_end(h)
+                self._touch_ancestors(a[0])
+            elif kind == _ADD:
+                block = stored.get(a)
+                if block is not None:
+                    lru[block.tier].move_to_end(a)
+
+    def _touch_prefix_now(self, chain: Sequence[int], end: int) -> None:
+        """The eager touch_prefix. The tiers along a stored chain are a pool_hbm run then a
+        pool_dram run (pool_tiers.py), so it is two C-level passes of move_to_end."""
         if end <= 0:
             return
         n_hbm = _leading_run(chain, end, self._hbm)
@@ -179,6 +295,9 @@ class PoolChains:
             parent = block.parent_hash
 
     def clear(self) -> None:
+        self._log = []
+        self._ends.clear()
+        self._tails.clear()
         for tier in POOL_TIERS:
             self._lru[tier].clear()
         self._all.clear()
@@ -191,6 +310,7 @@ class PoolChains:
         comes only once its children are gone (from this tier when it is demoted, from the pool
         when it is dropped). The caller moves or detaches each block before asking for the next;
         `keep(hash)` protects a block (a read lease)."""
+        self.flush()
         within = tier if demote else None
         waiting: set[int] = set()  # passed over while they had children
         for block in self._front(tier):

@@ -239,10 +239,7 @@ class PoolPut:
         self._emit_stored(blocks, chain)
         self.counters.committed_blocks += len(items)
         booked.clear()
-        if ancestors and ancestors[-1] == first:
-            chains.touch_prefix(ancestors, len(ancestors))
-        else:
-            chains._touch_ancestors(chain[0])
+        chains.touch_committed(chain, ancestors if ancestors and ancestors[-1] == first else None)
         del self._txns[txn]
         return tuple(chain)
 

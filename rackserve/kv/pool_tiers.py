@@ -104,7 +104,7 @@ class PoolTiers(PoolPut):
         return self._chains.stored_prefix(chain)
 
     def usage(self, tier: PoolTier) -> TierUsage:
-        blocks = self._chains.blocks(tier)
+        blocks = self._chains.unordered(tier)
         return TierUsage(len(blocks), sum(b.size for b in blocks), sum(b.charge for b in blocks),
                          self.limits.capacity(tier), self._reserved[tier])
 

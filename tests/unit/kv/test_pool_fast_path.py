@@ -136,3 +136,78 @@ def test_eviction_reading_the_lru_front_in_chunks_equals_a_copy_of_the_tier(
     copied = _trace(PoolTiers(limits), seed=hbm + 1)
     assert chunked == copied
     assert chunked[-1][2].evictions["pool_hbm"] > 0
+
+
+def _with_chains(limits, lazy: bool, limit: int | None = None) -> PoolTiers:
+    pool = PoolTiers(limits)
+    pool._chains = pool_chains.PoolChains(lazy=lazy)
+    if limit is not None:  # a small log: compaction and replays on size happen too
+        pool._chains._limit = limit
+    return pool
+
+
+@pytest.mark.parametrize(("hbm", "dram"), [(400_000, 1_200_000), (300_000, 900_000), (10**12, 10**12)])
+@pytest.mark.parametrize("limit", [None, 3])
+def test_lazy_lru_order_equals_eager(hbm: int, dram: int, limit: int | None) -> None:
+    """The LRU order kept as a log (replayed when read, superseded paths dropped) gives the same
+    events, evictions, commits, lookups and final orders as applying every touch at once, under the
+    general calls, the simulator's chain calls, and forked chains (_trace restarts chains part-way)."""
+    limits = pool_limits(hbm, dram, 0.95, 0.85)
+    lazy = _trace(_with_chains(limits, True, limit), seed=hbm + 1)
+    eager = _trace(_with_chains(limits, False), seed=hbm + 1)
+    assert lazy == eager
+    lazy_sim = _chain_trace(_with_chains(limits, True, limit), hbm + 2, by_chain=True)
+    eager_sim = _chain_trace(_with_chains(limits, False), hbm + 2, by_chain=True)
+    assert lazy_sim == eager_sim
+    assert lazy_sim[-1][2].evictions["pool_hbm"] > 0 or hbm == 10**12
+
+
+def test_lazy_order_drops_contained_paths_and_replays_on_read() -> None:
+    """A turn's touch of its whole history supersedes the previous turn's entry (the log keeps one
+    live entry per conversation); reading the order replays it, and equals the eager order."""
+    limits = pool_limits(10**12, 10**12, 0.95, 0.85)
+    pools = [_with_chains(limits, True), _with_chains(limits, False)]
+    for pool in pools:
+        convs: list[list[int]] = [[] for _ in range(4)]
+        for turn in range(5):  # each turn reads its conversation's history, then puts two blocks more
+            for c, history in enumerate(convs):
+                if history:
+                    pool.lookup_prefix(history, len(history), float(turn))
+                new = [c * 1000 + len(history) + 1, c * 1000 + len(history) + 2]
+                res = pool.reserve_chain(new, 10, 10, "r", float(turn), parent_hash=history[-1] if history else None)
+                pool.commit(res.txn, float(turn), ancestors=tuple(history))
+                history += new
+        pool.lookup_prefix(convs[0], 2, 6.0)  # a shorter read: contained in nothing later
+    chains = pools[0]._chains
+    live = [e for e in chains._log if e[0] is not None]
+    assert len(live) == 4 + 1  # each conversation's last commit, and the short read
+    assert len(chains._log) > 20  # the others were logged, then found contained
+    raw = list(chains._lru["pool_hbm"])
+    assert raw != list(pools[1]._chains._lru["pool_hbm"])  # not applied yet
+    assert pools[0].lru_order("pool_hbm") == pools[1].lru_order("pool_hbm")
+    assert not chains._log  # the read replayed it
+
+
+def test_lazy_order_keeps_only_the_tail_of_a_path_a_later_turn_refills() -> None:
+    """A prompt that ended inside a block group put a tail block the next turn does not share (it
+    fills that group with a new block under the same parent): the older entry keeps that tail
+    alone, and the replayed order still equals the eager one."""
+    limits = pool_limits(10**12, 10**12, 0.95, 0.85)
+    pools = [_with_chains(limits, True), _with_chains(limits, False)]
+    for pool in pools:
+        full: list[list[int]] = [[] for _ in range(4)]
+        for turn in range(5):
+            for c, history in enumerate(full):
+                if history:
+                    pool.lookup_prefix(history, len(history), float(turn))
+                base = c * 1000 + 10 * turn
+                res = pool.reserve_chain([base + 1, base + 2], 10, 5, "r", float(turn),
+                                         parent_hash=history[-1] if history else None)
+                pool.commit(res.txn, float(turn), ancestors=tuple(history))
+                history.append(base + 1)  # the next turn shares base + 1, not the tail base + 2
+    chains = pools[0]._chains
+    live = [e for e in chains._log if e[0] is not None]
+    singles = [e for e in live if e[0] == pool_chains._ADD]
+    assert len(live) == 4 * 5 and len(singles) == 4 * 4  # last commits, and every earlier tail alone
+    assert sorted(e[1] for e in singles) == sorted(c * 1000 + 10 * t + 2 for c in range(4) for t in range(4))
+    assert pools[0].lru_order("pool_hbm") == pools[1].lru_order("pool_hbm")
