@@ -63,8 +63,9 @@ class PoolChains:
         self._child: dict[int, int] = {}
         self._siblings: dict[int, set[int]] = {}
         self._log: list[list] = []  # order changes not yet applied to the tiers, oldest first
-        self._ends: dict[int, list] = {}  # a live path entry's last block -> the entry
-        self._tails: dict[int, list] = {}  # a live path entry's last block's parent -> the entry
+        # a logged path's last block, and that block's parent -> the entry (one entry per block: a
+        # newer mark replaces an older one, whose entry then just stays in the log)
+        self._marks: dict[int, list] = {}
         self._limit = _LOG_LIMIT if lazy else 0
         self._cap = 1024 if lazy else 0  # log length at which dead entries are dropped (or it is replayed)
 
@@ -204,17 +205,19 @@ class PoolChains:
         dropped. One whose last block's parent is on it but not that block (the previous turn's
         prompt ended inside a block group, which this turn's prompt fills) keeps only that block:
         the rest of it is touched again here. An entry is [kind, a, b, parent of its last block]."""
-        ends, tails = self._ends, self._tails
-        if ends:
+        marks = self._marks
+        if marks:
             for part in (keys, more) if more else (keys,):
-                for h in ends.keys() & part:
-                    old = ends.pop(h)
-                    if tails.get(old[3]) is old:
-                        del tails[old[3]]
-                    old[:] = (None, None, None, None)
-                for h in tails.keys() & part:
-                    old = tails.pop(h)  # live: a dropped one left both tables
-                    old[:] = (_ADD, old[1][-1], None, None)  # its last block alone, where it was
+                for h in marks.keys() & part:
+                    old = marks.pop(h)
+                    kind = old[0]
+                    if kind is None:
+                        continue  # a mark left by an entry already dropped
+                    last = old[1] if kind == _ADD else old[1][-1]
+                    if h == last:
+                        old[:] = (None, None, None, None)
+                    elif h == old[3]:
+                        old[:] = (_ADD, last, None, None)  # its last block alone, where it was
         last = keys[-1]
         if len(keys) > 1:
             parent = keys[-2]
@@ -225,9 +228,9 @@ class PoolChains:
             parent = None if block is None else block.parent_hash
         entry[3] = parent
         self._log.append(entry)
-        ends[last] = entry
+        marks[last] = entry
         if parent is not None:
-            tails[parent] = entry
+            marks[parent] = entry
         self._logged()
 
     def _logged(self) -> None:
@@ -247,8 +250,7 @@ class PoolChains:
         if not log:
             return
         self._log = []
-        self._ends.clear()
-        self._tails.clear()
+        self._marks.clear()
         self._cap = 1024 if self._limit else 0
         stored, lru = self._all, self._lru
         for kind, a, b, _ in log:
@@ -296,8 +298,7 @@ class PoolChains:
 
     def clear(self) -> None:
         self._log = []
-        self._ends.clear()
-        self._tails.clear()
+        self._marks.clear()
         for tier in POOL_TIERS:
             self._lru[tier].clear()
         self._all.clear()
