@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rackserve.timing.batch import RankBatch, StepBatch, StepCost
+from rackserve.timing.timing_model import per_token
 
 EXACT_BELOW = 16  # values this small are kept exact (sequence counts of small batches)
 MEMO_GRID = 1 << 17  # grid points remembered
@@ -53,6 +54,7 @@ class CachedTiming:
         self._estimates: dict[tuple, float] = {}
         self._remaps: dict[tuple, tuple[StepCost, StepCost]] = {}
         self._ratios: dict[tuple, float] = {}
+        self._plains: dict[tuple, tuple[float, StepCost | None]] = {}
         self._coarse = GeometricGrid(TAIL_REL)
         self.calls = 0
         self.misses = 0
@@ -126,19 +128,32 @@ class CachedTiming:
         if ratio is None:
             self.misses += 1
             r, a, b, ctx, tail_ranks, tail = shape
-            plain = self._tail_plain_s(layout, (r, a, a * b, b, ctx))
-            tailed = self.timing.decode_token_time(layout, _tail_representative(r, a, a * b, b, ctx, tail_ranks, tail))
+            plain, spec = self._tail_plain(layout, (r, a, a * b, b, ctx))
+            rep = _tail_representative(r, a, a * b, b, ctx, tail_ranks, tail)
+            if spec is not None and tail <= ctx:
+                # the tailed batch settles to the plain representative's contents (each tail then
+                # cached in full), so its settled step is the plain one's, priced already
+                tailed = self.timing.mixed_token_time(layout, rep, spec)
+            else:
+                tailed = self.timing.decode_token_time(layout, rep)
             ratio = self._ratios[key] = tailed.total_s / plain
         return self._scaled(base, ratio)
 
-    def _tail_plain_s(self, layout: Any, sig: tuple[int, int, int, int, int]) -> float:
+    def _tail_plain(self, layout: Any, sig: tuple[int, int, int, int, int]) -> tuple[float, StepCost | None]:
         """The plain decode step of a tail ratio's coarse shape (no tails), memoized on the shape
-        without the tails: ~15 tail shapes share one (a 1,000-lane minute: 1,562 ratios, 102 plain)."""
+        without the tails: ~15 tail shapes share one (a 1,000-lane minute: 1,562 ratios, 102 plain).
+        With MTP also its speculative step before the division by accepted tokens."""
         key = ("decode-tail-plain", getattr(layout, "key", layout), sig)
-        cost = self._steps.get(key)
-        if cost is None:
-            cost = self._steps[key] = self.timing.decode_token_time(layout, _decode_representative(*sig))
-        return cost.total_s
+        hit = self._plains.get(key)
+        if hit is None:
+            rep = _decode_representative(*sig)
+            if getattr(self.timing, "speculation", None) is not None:
+                spec = self.timing.verify_step_time(layout, rep)
+                hit = (per_token(spec).total_s, spec)
+            else:
+                hit = (self.timing.decode_token_time(layout, rep).total_s, None)
+            self._plains[key] = hit
+        return hit
 
     def _scaled(self, cost: StepCost, ratio: float) -> StepCost:
         """`cost` with every component times `ratio`, one object per (cost, ratio)."""

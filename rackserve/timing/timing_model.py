@@ -234,12 +234,14 @@ class TimingModel:
             return self.step_time("decode", layout, batch)
         if not batch.single_token:
             return self.mixed_token_time(layout, batch)
-        spec = self.speculative_step_time(
-            layout, verify_batch(batch, self.speculation.verify_tokens)
-        )
-        return _scaled(spec, 1.0 / spec.accepted_tokens)
+        return per_token(self.verify_step_time(layout, batch))
 
-    def mixed_token_time(self, layout: Layout, batch: StepBatch) -> StepCost:
+    def verify_step_time(self, layout: Layout, batch: StepBatch) -> StepCost:
+        """The speculative step of a batch of single-token decodes widened to the verify block
+        (what decode_token_time divides by the accepted tokens: per_token). MTP on only."""
+        return self.speculative_step_time(layout, verify_batch(batch, self.speculation.verify_tokens))
+
+    def mixed_token_time(self, layout: Layout, batch: StepBatch, settled: StepCost | None = None) -> StepCost:
         """A mixed decode step as a real engine runs it: running sequences keep draft + verify
         (accepting the acceptance length), sequences computing more than one token (a newcomer's
         tail + first token, a recompute chunk) compute those in the same step, one roofline over
@@ -247,10 +249,13 @@ class TimingModel:
         sequence one token per "step", it is the step's time less the (A - 1) per-token steps of
         the same sequences once settled that follow it (A = accepted tokens): then the running
         sequences' A tokens take exactly the mixed step, and the newcomers' extra work is what the
-        step adds, whatever their number. Components are clipped at 0 (total = their sum)."""
+        step adds, whatever their number. Components are clipped at 0 (total = their sum).
+        `settled`: verify_step_time of settled_batch(batch) when the caller has it already (a
+        batch of equal contents prices the same, whichever of its ranks share one RankBatch)."""
         verify = self.speculation.verify_tokens
         mixed = self.speculative_step_time(layout, verify_batch(batch, verify))
-        settled = self.speculative_step_time(layout, verify_batch(settled_batch(batch), verify))
+        if settled is None:
+            settled = self.verify_step_time(layout, settled_batch(batch))
         w = 1.0 - 1.0 / settled.accepted_tokens
 
         def less(a: dict, b: dict) -> dict:
@@ -334,6 +339,11 @@ class TimingModel:
             self._estimates.clear()
         self._estimates[key] = value
         return value
+
+
+def per_token(spec: StepCost) -> StepCost:
+    """A speculative step per accepted token (every component divided by them)."""
+    return _scaled(spec, 1.0 / spec.accepted_tokens)
 
 
 def _scaled(cost: StepCost, per: float) -> StepCost:

@@ -95,17 +95,43 @@ def test_tail_ratios_of_one_shape_but_other_tails_price_its_plain_step_once():
     timing = TimingModel.create("vr200")
     layout = timing.layout("wide-ep", ranks=48)
     memo = CachedTiming(timing)
-    plain = []
-    token_time = timing.decode_token_time
-    timing.decode_token_time = lambda lay, batch: plain.append(batch) or token_time(lay, batch)
+    priced = []
+    spec_time = timing.speculative_step_time
+    timing.speculative_step_time = lambda lay, batch: priced.append(batch) or spec_time(lay, batch)
     args = (layout, 48, 40, 400, 12, 400 * 30_000)
     costs = [memo.decode_tail_step_time_of(*args, tails) for tails in ([17], [63, 63], [200] * 9)]
-    # the base decode step and one plain, then three ratios; since issue 31 each ratio's tailed step
-    # is a mixed step priced by decode_token_time too (3 more calls), no longer step_time
-    assert len(plain) == 2 + 3 and memo.misses == 1 + 3
+    # the base decode step and one plain, then three ratios; each ratio's tailed step is a mixed
+    # step (issue 31), and its settled step is the plain one's (issue 33): one speculative step each
+    assert len(priced) == 2 + 3 and memo.misses == 1 + 3
     fresh = CachedTiming(TimingModel.create("vr200"))
     assert costs[2].total_s == fresh.decode_tail_step_time_of(*args, [200] * 9).total_s
 
+
+def test_a_tail_steps_settled_step_is_its_plain_steps_bit_for_bit():
+    """decode_tail_step_time_of hands the plain representative's speculative step to the mixed step
+    as its settled step: the tailed batch settles to the same contents (other RankBatch sharing), and
+    the mixed step priced with it equals the one that prices its own settled step, every field."""
+    import random
+
+    from rackserve.sim.step_cache import _decode_representative, _tail_representative
+    from rackserve.timing.timing_model import TimingModel
+
+    rng = random.Random(3)
+    for name, ranks in (("wide-ep", 48), ("wide-ep", 16), ("tp8", None)):
+        for _ in range(6):
+            timing = TimingModel.create("vr200")
+            layout = timing.layout(name, ranks=ranks)
+            r = layout.dp
+            a = rng.randint(1, r)
+            b = rng.choice((1, 2, 5, 16, 64))
+            ctx = rng.choice((256, 4096, 30_000, 131_072))
+            tail_ranks, tail = rng.randint(1, a), rng.choice((1, 17, 200, 256))
+            rep = _tail_representative(r, a, a * b, b, ctx, tail_ranks, tail)
+            settled = timing.verify_step_time(layout, _decode_representative(r, a, a * b, b, ctx))
+            got = timing.mixed_token_time(layout, rep, settled)
+            want = TimingModel.create("vr200").mixed_token_time(layout, rep)
+            assert (got.total_s, got.breakdown, got.rank_busy_s, got.bound, got.hidden_s) == (
+                want.total_s, want.breakdown, want.rank_busy_s, want.bound, want.hidden_s), (name, r, a, b, ctx)
 
 
 @pytest.mark.parametrize("method", ("decode_token_time", "step_time"))
