@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from itertools import islice
+from itertools import islice, repeat
 
 from rackserve.kv.pool_tiers import PoolLimits, PoolTiers
 from rackserve.routing.index import PrefixIndex
@@ -66,7 +66,7 @@ class RankCache:
         lru = self.lru
         n = self.match(hashes)  # held: a prefix (see match); the rest is new
         if n < len(hashes):
-            lru.update(dict.fromkeys(reversed(hashes[n:])))
+            lru.update(zip(reversed(hashes[n:]), repeat(None)))  # pairs, not a dict built first
         deque(map(lru.move_to_end, reversed(hashes[:n])), maxlen=0)  # touch the held prefix, in C
         excess = len(lru) - self.capacity
         if excess <= 0:
@@ -90,7 +90,7 @@ class Visibility:
         if not hashes:
             return
         t = written_at + self.lag_s
-        self.at.update(dict.fromkeys(hashes, t))
+        self.at.update(zip(hashes, repeat(t)))
         self._fifo.append((t, hashes))
 
     def visible(self, hashes: Sequence[int], n: int, now: float) -> int:
