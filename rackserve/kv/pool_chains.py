@@ -77,11 +77,17 @@ class PoolChains:
         block = self._all.get(block_hash)
         return None if block is None else block.tier
 
+    def stored_among(self, hashes: Sequence[int]) -> set[int]:
+        return self._all.keys() & hashes
+
     def stored_prefix(self, hashes: Sequence[int]) -> tuple[int, int]:
         """(blocks in the pool, of which in pool_hbm) at the start of a chain whose i-th hash's
         parent is the (i-1)-th, by bisection: the pool is prefix-closed along a chain and its
-        tiers only get slower along it (pool_tiers.py), so both are leading runs."""
+        tiers only get slower along it (pool_tiers.py), so both are leading runs (the second
+        needs no search while pool_dram holds nothing)."""
         end = _leading_run(hashes, len(hashes), self._all)
+        if not end or not self._lru[POOL_TIERS[1]]:
+            return end, end
         return end, _leading_run(hashes, end, self._hbm)
 
     def blocks(self, tier: PoolTier) -> list[StoredBlock]:
@@ -279,8 +285,9 @@ class PoolChains:
         pool_dram run (pool_tiers.py), so it is two C-level passes of move_to_end."""
         if end <= 0:
             return
-        n_hbm = _leading_run(chain, end, self._hbm)
-        deque(map(self._lru[POOL_TIERS[1]].move_to_end, reversed(chain[n_hbm:end])), maxlen=0)
+        dram = self._lru[POOL_TIERS[1]]
+        n_hbm = _leading_run(chain, end, self._hbm) if dram else end
+        deque(map(dram.move_to_end, reversed(chain[n_hbm:end])), maxlen=0)
         deque(map(self._hbm.move_to_end, reversed(chain[:n_hbm])), maxlen=0)
         self._touch_ancestors(chain[0])
 

@@ -80,6 +80,10 @@ class PoolTiers(PoolPut):
     def tier_of(self, block_hash: int) -> PoolTier | None:
         return self._chains.tier_of(block_hash)
 
+    def stored_among(self, hashes: Sequence[int]) -> set[int]:
+        """The hashes that are stored (any tier), in one C-level pass."""
+        return self._chains.stored_among(hashes)
+
     def match_prefix(self, hashes: list[int], now: float) -> PoolPrefix:
         """How many leading blocks of a chain are stored, and where (does not refresh LRU)."""
         self.expire(now)

@@ -11,7 +11,7 @@ still cached; only evictions act per group.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
 
@@ -41,13 +41,20 @@ class BlockKeys:
     def element_blocks(self, i: int) -> int:
         return self.blocks_in(i + 1) - self.blocks_in(i)
 
-    def refine(self, elements: int, present: Callable[[int], bool]) -> int:
+    def refine(self, elements: int, held: Callable[[Sequence[int]], Container[int]]) -> int:
         """Blocks past the first `elements` keys that are cached too (a shorter prompt's tail inside
-        the next group): the longest prefix of that group whose last block `present` finds."""
+        the next group): the longest prefix of that group whose last block is among `held(span)`,
+        the cached ones of the group's first group - 1 blocks (one C-level set intersection per
+        cache instead of a call per block: most of these blocks are cached nowhere)."""
         start = elements * self.group
         stop = min(start + self.group - 1, len(self.blocks))
-        blocks = self.blocks
-        for j in range(stop - 1, start - 1, -1):
-            if present(blocks[j]):
-                return j + 1 - start
+        if stop <= start:
+            return 0
+        span = self.blocks[start:stop]
+        found = held(span)
+        if not found:
+            return 0
+        for j in range(len(span) - 1, -1, -1):
+            if span[j] in found:
+                return j + 1
         return 0

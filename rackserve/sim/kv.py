@@ -244,7 +244,7 @@ class ClusterKV:
             blocks["pool_hbm"] = n_phbm * keys.group
             blocks["pool_dram" if n_dram else "pool_hbm"] -= keys.group - keys.element_blocks(end - 1)
         if end < len(ks):  # an earlier, shorter prompt's tail inside the next group
-            extra = keys.refine(end, lambda h: h in lru or pool.tier_of(h) is not None)
+            extra = keys.refine(end, lambda span: (lru.keys() & span) | pool.stored_among(span))
             if extra:
                 found = keys.blocks[keys.blocks_in(end) + extra - 1]
                 blocks["rank_hbm" if found in lru else pool.tier_of(found)] += extra

@@ -40,4 +40,4 @@ def test_keys_name_groups_and_the_tail():
     keys = BlockKeys.of(list(range(20)), 8)
     assert keys.keys == (7, 15, 19)
     assert [keys.element_blocks(i) for i in range(3)] == [8, 8, 4]
-    assert keys.refine(2, lambda h: h == 17) == 2
+    assert keys.refine(2, lambda span: {h for h in span if h == 17}) == 2
