@@ -97,3 +97,45 @@ def test_evicted_rank_keys_are_looked_up_in_the_pool_only_once_it_could_lack_the
         assert kv.pool.forgotten == 0 and calls["kv"] == 0
     else:  # the pool dropped blocks: evicted keys were looked up from then on, and some were lost
         assert kv.pool.forgotten > 0 and calls["kv"] > 0 and "rank_hbm" in kv._lost.values()
+
+
+def test_visibility_equals_a_per_key_table_of_each_keys_last_write():
+    """The event lag's writes kept as key sets give what a table of each key's last write time
+    gives (bisected the same way): chains growing at later times, a chain's tail written again (a
+    rank storing keys it had evicted), read at random times."""
+    import random
+
+    from rackserve.sim.kv import Visibility
+
+    def table_visible(last: dict[int, float], chain: list[int], n: int, now: float) -> int:
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if last.get(chain[mid], 0.0) > now:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    rng = random.Random(5)
+    hidden_seen = 0
+    for lag in (5e-4, 0.02, 1.0):
+        vis, last = Visibility(lag), {}
+        now, chains = 0.0, [[] for _ in range(6)]
+        for _ in range(400):
+            now += rng.expovariate(200.0)
+            chain = chains[rng.randrange(6)]
+            if rng.random() < 0.6:
+                if chain and rng.random() < 0.3:
+                    new = chain[-rng.randint(1, len(chain)):]  # its tail again
+                else:
+                    new = [rng.getrandbits(40) for _ in range(rng.randint(1, 5))]
+                    chain += new
+                vis.add(new, now)
+                last.update(dict.fromkeys(new, now + lag))
+            if chain:
+                n = rng.randint(0, len(chain))
+                got = vis.visible(chain, n, now)
+                assert got == table_visible(last, chain, n, now)
+                hidden_seen += got < n
+    assert hidden_seen > 50  # the lag did hide keys
