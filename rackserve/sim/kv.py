@@ -61,10 +61,11 @@ class RankCache:
                 hi = mid
         return lo
 
-    def store(self, hashes: Sequence[int]) -> tuple[int, ...]:
-        """Hold (and touch) a chain; returns the keys evicted to make room, least recent first."""
+    def store(self, hashes: Sequence[int], held: int | None = None) -> tuple[int, ...]:
+        """Hold (and touch) a chain; returns the keys evicted to make room, least recent first.
+        `held`: match(hashes) when the caller has it."""
         lru = self.lru
-        n = self.match(hashes)  # held: a prefix (see match); the rest is new
+        n = self.match(hashes) if held is None else held  # held: a prefix (see match); the rest is new
         if n < len(hashes):
             lru.update(zip(reversed(hashes[n:]), repeat(None)))  # pairs, not a dict built first
         deque(map(lru.move_to_end, reversed(hashes[:n])), maxlen=0)  # touch the held prefix, in C
@@ -287,9 +288,10 @@ class ClusterKV:
         when the write commits."""
         self.advance(now)
         cache = self.caches[rank]
+        held = cache.match(keys.keys)
         if self._rank_vis is not None:
-            self._rank_vis[rank].add(keys.keys[cache.match(keys.keys):], now)
-        gone = cache.store(keys.keys)
+            self._rank_vis[rank].add(keys.keys[held:], now)
+        gone = cache.store(keys.keys, held)
         pi = self._pool_index(rank)
         pool, paths = self.pools[pi], self.all_paths[pi]
         if gone and (self._put_failed[pi] or pool.forgotten):
