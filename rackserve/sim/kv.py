@@ -78,15 +78,56 @@ class RankCache:
         return gone
 
 
+SHORT_LAG_S = 0.005  # up to this event lag the writes still in their lag are a few: kept as key sets
+
+
 class Visibility:
     """When blocks just written become visible to the router: write done + the KV event's lag.
-    Along a chain, earlier blocks were written no later, so what is visible is a prefix. Kept as
-    the writes still in their lag, each with its set of keys (a few at a time at a lag of 0.5 ms):
-    a write costs one C-level set, and nothing per key when its lag ends."""
+    Along a chain, earlier blocks were written no later, so what is visible is a prefix. A table of
+    each key's last write (for lags longer than SHORT_LAG_S: many writes in their lag at once)."""
 
     def __init__(self, lag_s: float) -> None:
         self.lag_s = lag_s
-        self._fifo: deque[tuple[float, set[int]]] = deque()  # (visible at, keys), in write order
+        self.at: dict[int, float] = {}
+        self._fifo: deque[tuple[float, Sequence[int]]] = deque()
+
+    def add(self, hashes: Sequence[int], written_at: float) -> None:
+        if not hashes:
+            return
+        t = written_at + self.lag_s
+        self.at.update(zip(hashes, repeat(t)))
+        self._fifo.append((t, hashes))
+
+    def _hidden(self, h: int, now: float) -> bool:
+        return self.at.get(h, 0.0) > now
+
+    def _expire(self, now: float) -> None:
+        fifo, at = self._fifo, self.at
+        while fifo and fifo[0][0] <= now:
+            t, done = fifo.popleft()
+            for h in done:
+                if at.get(h) == t:
+                    del at[h]
+
+    def visible(self, hashes: Sequence[int], n: int, now: float) -> int:
+        """How many of the `n` leading keys of `hashes` the router sees at `now`."""
+        self._expire(now)
+        if n == 0 or not self._fifo or not self._hidden(hashes[n - 1], now):
+            return n
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._hidden(hashes[mid], now):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+
+class ShortVisibility(Visibility):
+    """Visibility for a short lag: the writes still in their lag (a few at 0.5 ms), each with its
+    key set. A write costs one C-level set and nothing per key when its lag ends; a lookup scans
+    the few writes instead of a per-key table."""
 
     def add(self, hashes: Sequence[int], written_at: float) -> None:
         if hashes:
@@ -99,21 +140,14 @@ class Visibility:
                 return t > now
         return False
 
-    def visible(self, hashes: Sequence[int], n: int, now: float) -> int:
-        """How many of the `n` leading keys of `hashes` the router sees at `now`."""
+    def _expire(self, now: float) -> None:
         fifo = self._fifo
         while fifo and fifo[0][0] <= now:
             fifo.popleft()
-        if n == 0 or not fifo or not self._hidden(hashes[n - 1], now):
-            return n
-        lo, hi = 0, n
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._hidden(hashes[mid], now):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+
+
+def visibility(lag_s: float) -> Visibility:
+    return ShortVisibility(lag_s) if lag_s <= SHORT_LAG_S else Visibility(lag_s)
 
 
 class ClusterKV:
@@ -149,8 +183,8 @@ class ClusterKV:
         self._truth = False
         self.lag_cuts = 0  # router lookups that the event lag cut short (what they saw was not the truth)
         lag = event_lag_s > 0
-        self._rank_vis = {key: Visibility(event_lag_s) for key in self.caches} if lag else None
-        self._pool_vis = [Visibility(event_lag_s) for _ in self.pools] if lag else None
+        self._rank_vis = {key: visibility(event_lag_s) for key in self.caches} if lag else None
+        self._pool_vis = [visibility(event_lag_s) for _ in self.pools] if lag else None
 
     def _pool_index(self, rank: RankId) -> int:
         return self._pool_of.get(rank[0], 0)

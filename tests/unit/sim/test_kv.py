@@ -100,12 +100,12 @@ def test_evicted_rank_keys_are_looked_up_in_the_pool_only_once_it_could_lack_the
 
 
 def test_visibility_equals_a_per_key_table_of_each_keys_last_write():
-    """The event lag's writes kept as key sets give what a table of each key's last write time
-    gives (bisected the same way): chains growing at later times, a chain's tail written again (a
+    """The event lag's writes kept as key sets (ShortVisibility), and the per-key table, give what a
+    table of each key's last write time gives (bisected the same way): chains growing at later times, a chain's tail written again (a
     rank storing keys it had evicted), read at random times."""
     import random
 
-    from rackserve.sim.kv import Visibility
+    from rackserve.sim.kv import ShortVisibility, Visibility, visibility
 
     def table_visible(last: dict[int, float], chain: list[int], n: int, now: float) -> int:
         lo, hi = 0, n
@@ -119,8 +119,10 @@ def test_visibility_equals_a_per_key_table_of_each_keys_last_write():
 
     rng = random.Random(5)
     hidden_seen = 0
-    for lag in (5e-4, 0.02, 1.0):
-        vis, last = Visibility(lag), {}
+    assert isinstance(visibility(5e-4), ShortVisibility) and not isinstance(visibility(0.02), ShortVisibility)
+    for lag, kind in ((5e-4, ShortVisibility), (5e-4, Visibility), (0.02, ShortVisibility), (0.02, Visibility),
+                      (1.0, ShortVisibility), (1.0, Visibility)):
+        vis, last = kind(lag), {}
         now, chains = 0.0, [[] for _ in range(6)]
         for _ in range(400):
             now += rng.expovariate(200.0)
