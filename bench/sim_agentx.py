@@ -2,14 +2,20 @@
 (issue 33's goal: 10 simulated minutes at 10,000 lanes in <= 30 s wall on this 2-core machine; issue 15 set 3 min).
 
 Run: .venv/bin/python bench/sim_agentx.py [--lanes 10000] [--minutes 10] [--scenario scenarios/nvl72-vr200.yaml] [--sample]
+         [--baseline COMMIT]
 -> bench/results/sim_agentx.json (wall and CPU s, ms per simulated request and per 1,000 blocks of
-prompt KV) and a printed table.
+prompt KV) and a printed table. --baseline: the same run on an older commit (git archive into a temp
+dir, a fresh process after ours), recorded beside ours with the ratio and whether its figures equal ours.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,6 +57,7 @@ def main() -> None:
     ap.add_argument("--policy", default="least-uncached-work")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "sim_agentx.json")
     ap.add_argument("--sample", action="store_true", help="also where the CPU went (bench/sampler.py)")
+    ap.add_argument("--baseline", help="an older commit to run after this tree, the same way")
     args = ap.parse_args()
     sc = load_scenario(args.scenario)
     duration = args.minutes * 60
@@ -82,6 +89,12 @@ def main() -> None:
     }
     if sampler is not None:
         out["profile"] = sampler.report()
+    if args.baseline:
+        out["commit"] = _commit("HEAD")
+        out["baseline"] = run_baseline(args)
+        out["ratio_wall_over_baseline"] = wall / out["baseline"]["wall_s"]
+        out["baseline"]["figures_equal"] = all(out["baseline"][k] == out[k] for k in
+                                               ("requests", "completed", "throughput_per_gpu", "hit_rate"))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     table = Table(title=f"simulator speed: {sc.name}, {args.lanes:,} lanes, {args.minutes:g} simulated min")
@@ -90,6 +103,26 @@ def main() -> None:
         v = out[key]
         table.add_row(key, f"{v:,.2f}" if isinstance(v, float) else str(v))
     Console().print(table)
+
+
+def _commit(ref: str) -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def run_baseline(args: argparse.Namespace) -> dict:
+    """This script's run on `args.baseline` (its rackserve first on the path), in a fresh process."""
+    with tempfile.TemporaryDirectory(prefix="sim-agentx-") as tree:
+        archive = subprocess.run(["git", "archive", args.baseline], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+        result = Path(tree) / "baseline.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--scenario", str(Path(tree) / "scenarios" / args.scenario.name),
+               "--lanes", str(args.lanes), "--minutes", str(args.minutes), "--policy", args.policy, "--out", str(result)]
+        subprocess.run(cmd, cwd=tree, env={**os.environ, "PYTHONPATH": tree}, check=True, stdout=subprocess.DEVNULL)
+        row = json.loads(result.read_text())
+    keep = ("requests", "completed", "wall_s", "cpu_s", "cpu_ms_per_request", "step_memo_misses", "throughput_per_gpu",
+            "hit_rate")
+    return {"commit": _commit(args.baseline), **{k: row[k] for k in keep}}
 
 
 if __name__ == "__main__":
