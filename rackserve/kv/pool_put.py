@@ -213,7 +213,7 @@ class PoolPut:
         pending_of, chains = self._pending, self._chains
         chain = list(booked)
         items = list(map(pending_of.get, chain))
-        if None in items or not all(map(txn.__eq__, map(_TXN, items))):
+        if not all(items) or not all(map(txn.__eq__, map(_TXN, items))):  # all(): no dataclass __eq__ per item
             return None
         blocks = list(map(_BLOCK, items))
         parents = list(map(_PARENT, blocks))
