@@ -15,13 +15,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 from sampler import Sampler
+from trees import archived, commit
 
 from rackserve.sim.run import source_factory, timing_for
 from rackserve.sim.scenario import load_scenario
@@ -90,7 +90,7 @@ def main() -> None:
     if sampler is not None:
         out["profile"] = sampler.report()
     if args.baseline:
-        out["commit"] = _commit("HEAD")
+        out["commit"] = commit()
         out["baseline"] = run_baseline(args)
         out["ratio_wall_over_baseline"] = wall / out["baseline"]["wall_s"]
         out["baseline"]["figures_equal"] = all(out["baseline"][k] == out[k] for k in
@@ -105,16 +105,9 @@ def main() -> None:
     Console().print(table)
 
 
-def _commit(ref: str) -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, capture_output=True, text=True, check=True)
-    return out.stdout.strip()
-
-
 def run_baseline(args: argparse.Namespace) -> dict:
     """This script's run on `args.baseline` (its rackserve first on the path), in a fresh process."""
-    with tempfile.TemporaryDirectory(prefix="sim-agentx-") as tree:
-        archive = subprocess.run(["git", "archive", args.baseline], cwd=ROOT, capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+    with archived(args.baseline, "sim-agentx-") as tree:
         result = Path(tree) / "baseline.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--scenario", str(Path(tree) / "scenarios" / args.scenario.name),
                "--lanes", str(args.lanes), "--minutes", str(args.minutes), "--policy", args.policy, "--out", str(result)]
@@ -122,7 +115,7 @@ def run_baseline(args: argparse.Namespace) -> dict:
         row = json.loads(result.read_text())
     keep = ("requests", "completed", "wall_s", "cpu_s", "cpu_ms_per_request", "step_memo_misses", "throughput_per_gpu",
             "hit_rate")
-    return {"commit": _commit(args.baseline), **{k: row[k] for k in keep}}
+    return {"commit": commit(args.baseline), **{k: row[k] for k in keep}}
 
 
 if __name__ == "__main__":

@@ -17,9 +17,10 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from trees import archived, commit
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "sim_point.json"
@@ -56,11 +57,6 @@ def child(scenario: str, lanes: int, sample: bool) -> None:
     if sampler:
         row["profile"] = sampler.report()
     print(json.dumps(row))
-
-
-def _commit(ref: str = "HEAD") -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, capture_output=True, text=True, check=True)
-    return out.stdout.strip()
 
 
 def _start(tree: Path | None, scenario: str, lanes: int, sample: bool) -> subprocess.Popen:
@@ -116,24 +112,22 @@ def main() -> None:
     args = ap.parse_args()
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "rackserve"], cwd=ROOT, capture_output=True,
                            text=True).stdout.strip()
-    mine = _commit() + (" + uncommitted changes" if dirty else "")
+    mine = commit() + (" + uncommitted changes" if dirty else "")
     runs: list[tuple[str, Path | None]] = [(mine, None)]
     tmp = None
     if args.baseline:
-        tmp = tempfile.TemporaryDirectory(prefix="sim-point-")
-        archive = subprocess.run(["git", "archive", args.baseline], cwd=ROOT, capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", tmp.name], input=archive.stdout, check=True)
-        runs.append((_commit(args.baseline), Path(tmp.name)))
+        tmp = archived(args.baseline, "sim-point-")
+        runs.append((commit(args.baseline), Path(tmp.name)))
     load = os.getloadavg()[0]
     rows = []
     if args.serial:
-        for commit, tree in runs:
+        for name, tree in runs:
             rows.append({**_finish(_start(tree, args.scenario, args.lanes, args.sample and tree is None)),
-                         "commit": commit})
+                         "commit": name})
     else:
-        procs = [(commit, _start(tree, args.scenario, args.lanes, args.sample and tree is None))
-                 for commit, tree in runs]
-        rows = [{**_finish(p), "commit": commit} for commit, p in procs]
+        procs = [(name, _start(tree, args.scenario, args.lanes, args.sample and tree is None))
+                 for name, tree in runs]
+        rows = [{**_finish(p), "commit": name} for name, p in procs]
     if tmp is not None:
         tmp.cleanup()
     note = (f"fresh process per tree (memo empty), {'one after the other' if args.serial else 'both at once, one per core'}"
