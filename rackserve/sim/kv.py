@@ -18,63 +18,39 @@ regret's hindsight).
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Sequence
-from itertools import islice, repeat
+from itertools import repeat
 
 from rackserve.kv.pool_tiers import PoolLimits, PoolTiers
 from rackserve.routing.index import PrefixIndex
 from rackserve.routing.view import PrefixHit, RankId
 from rackserve.sim.block_keys import BlockKeys
+from rackserve.sim.lru_set import LruSet
 from rackserve.sim.pool_paths import PoolPaths
 
 
 class RankCache:
-    """LRU set of block hashes in one rank's HBM. Stores touch a chain back to front, so the chain's
-    head is most recent and eviction takes tails first (prefixes stay matchable). The router asks
-    the cache itself for a request's prefix (`match`: the index delegates rank prefixes to it), so
-    a store publishes no events."""
+    """LRU set of block hashes in one rank's HBM (sim/lru_set.py: in C where built). Stores touch a
+    chain back to front, so the chain's head is most recent and eviction takes tails first (prefixes
+    stay matchable). The router asks the cache itself for a request's prefix (`match`: the index
+    delegates rank prefixes to it), so a store publishes no events."""
 
     def __init__(self, capacity_blocks: int) -> None:
         self.capacity = capacity_blocks
         self.evictions = 0
-        self.lru: OrderedDict[int, None] = OrderedDict()
+        self.lru = LruSet()
+        self.match = self.lru.match  # leading keys present, by bisection (what a rank holds of a chain is a prefix)
 
     def __len__(self) -> int:
         return len(self.lru)
 
-    def match(self, hashes: Sequence[int]) -> int:
-        """Leading keys present, by bisection: a chain is stored and touched back to front, so LRU
-        eviction takes its tail first and what a rank holds of a chain is always a prefix of it."""
-        lru = self.lru
-        lo, hi = 0, len(hashes)
-        if hi == 0 or hashes[0] not in lru:
-            return 0
-        if hashes[-1] in lru:
-            return hi
-        lo = 1
-        while lo < hi:  # invariant: hashes[lo-1] present, hashes[hi] absent (or hi == len)
-            mid = (lo + hi) // 2
-            if hashes[mid] in lru:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
     def store(self, hashes: Sequence[int], held: int | None = None) -> tuple[int, ...]:
         """Hold (and touch) a chain; returns the keys evicted to make room, least recent first.
         `held`: match(hashes) when the caller has it."""
-        lru = self.lru
         n = self.match(hashes) if held is None else held  # held: a prefix (see match); the rest is new
-        if n < len(hashes):
-            lru.update(zip(reversed(hashes[n:]), repeat(None)))  # pairs, not a dict built first
-        deque(map(lru.move_to_end, reversed(hashes[:n])), maxlen=0)  # touch the held prefix, in C
-        excess = len(lru) - self.capacity
-        if excess <= 0:
-            return ()
-        gone = tuple(islice(lru, excess))  # least recent first, as popitem(last=False) would take them
-        deque(map(lru.__delitem__, gone), maxlen=0)
-        self.evictions += excess
+        gone = self.lru.store(hashes, n, self.capacity)
+        self.evictions += len(gone)
         return gone
 
 
@@ -281,7 +257,7 @@ class ClusterKV:
             blocks["pool_hbm"] = n_phbm * keys.group
             blocks["pool_dram" if n_dram else "pool_hbm"] -= keys.group - keys.element_blocks(end - 1)
         if end < len(ks):  # an earlier, shorter prompt's tail inside the next group
-            extra = keys.refine(end, lambda span: (lru.keys() & span) | pool.stored_among(span))
+            extra = keys.refine(end, lambda span: lru.among(span) | pool.stored_among(span))
             if extra:
                 found = keys.blocks[keys.blocks_in(end) + extra - 1]
                 blocks["rank_hbm" if found in lru else pool.tier_of(found)] += extra
