@@ -252,23 +252,22 @@ static PyObject *LruSet_iter(LruSet *s) {
 /* fast sequence access: a tuple or list as an array of objects */
 #define SEQ_FAST(obj, name) PySequence_Fast((obj), name " must be a sequence")
 
+/* leading items held, by bisection (the same as PyLruSet.match) */
+static Py_ssize_t match_items(LruSet *s, PyObject **items, Py_ssize_t hi) {
+    if (hi == 0 || !contains_obj(s, items[0])) return 0;
+    if (contains_obj(s, items[hi - 1])) return hi;
+    Py_ssize_t lo = 1;  /* invariant: items[lo-1] held, items[hi] not */
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (contains_obj(s, items[mid])) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
 static PyObject *LruSet_match(LruSet *s, PyObject *arg) {
     PyObject *seq = SEQ_FAST(arg, "hashes");
     if (seq == NULL) return NULL;
-    Py_ssize_t hi = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    Py_ssize_t lo;
-    if (hi == 0 || !contains_obj(s, items[0])) {
-        lo = 0;
-    } else if (contains_obj(s, items[hi - 1])) {
-        lo = hi;
-    } else {
-        lo = 1;  /* invariant: items[lo-1] held, items[hi] not (the same bisection as PyLruSet.match) */
-        while (lo < hi) {
-            Py_ssize_t mid = (lo + hi) / 2;
-            if (contains_obj(s, items[mid])) lo = mid + 1; else hi = mid;
-        }
-    }
+    Py_ssize_t lo = match_items(s, PySequence_Fast_ITEMS(seq), PySequence_Fast_GET_SIZE(seq));
     Py_DECREF(seq);
     return PyLong_FromSsize_t(lo);
 }
@@ -383,8 +382,47 @@ static PyTypeObject LruSetType = {
     .tp_methods = LruSet_methods,
 };
 
+/* prefixes(sets, names, hashes) -> {names[i]: sets[i].match(hashes)} for the sets whose match is not 0 */
+static PyObject *prefixes(PyObject *module, PyObject *args) {
+    PyObject *sets, *names, *arg;
+    if (!PyArg_ParseTuple(args, "O!O!O:prefixes", &PyTuple_Type, &sets, &PyTuple_Type, &names, &arg)) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(sets);
+    if (PyTuple_GET_SIZE(names) != n) return PyErr_Format(PyExc_ValueError, "prefixes: %zd sets, %zd names", n,
+                                                          PyTuple_GET_SIZE(names));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyObject_TypeCheck(PyTuple_GET_ITEM(sets, i), &LruSetType))
+            return PyErr_Format(PyExc_TypeError, "prefixes: sets[%zd] is not an LruSet", i);
+    }
+    PyObject *seq = SEQ_FAST(arg, "hashes");
+    if (seq == NULL) return NULL;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = PyDict_New();
+    if (out == NULL || len == 0) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t m = match_items((LruSet *)PyTuple_GET_ITEM(sets, i), items, len);
+        if (m == 0) continue;
+        PyObject *v = PyLong_FromSsize_t(m);
+        if (v == NULL || PyDict_SetItem(out, PyTuple_GET_ITEM(names, i), v) < 0) {
+            Py_XDECREF(v);
+            Py_CLEAR(out);
+            break;
+        }
+        Py_DECREF(v);
+    }
+done:
+    Py_DECREF(seq);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"prefixes", prefixes, METH_VARARGS,
+     "prefixes(sets, names, hashes) -> {names[i]: sets[i].match(hashes)} where that is not 0"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_lruset", "An LRU-ordered set of 64-bit integer keys, in C.", -1, NULL,
+    PyModuleDef_HEAD_INIT, "_lruset", "An LRU-ordered set of 64-bit integer keys, in C.", -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__lruset(void) {

@@ -26,7 +26,7 @@ from rackserve.kv.pool_tiers import PoolLimits, PoolTiers
 from rackserve.routing.index import PrefixIndex
 from rackserve.routing.view import PrefixHit, RankId
 from rackserve.sim.block_keys import BlockKeys
-from rackserve.sim.lru_set import LruSet
+from rackserve.sim.lru_set import LruSet, prefixes
 from rackserve.sim.pool_paths import PoolPaths
 
 
@@ -136,7 +136,8 @@ class ClusterKV:
         self.block_tokens = block_tokens
         self.block_bytes = block_bytes
         self.caches = {key: RankCache(n) for key, n in cache_blocks.items()}
-        self._lrus = tuple((key, c.lru, c.match) for key, c in self.caches.items())
+        self._names = tuple(self.caches)  # prefixes(): every rank's match of a prompt in one call
+        self._sets = tuple(c.lru for c in self.caches.values())
         groups = scoped if scoped else [((), pool, paths)]
         self.pools = [PoolTiers(limits) for _, limits, _ in groups]
         # puts land in spare HBM when the pool has it, else in DRAM (pool.scope instance/agentx)
@@ -193,8 +194,7 @@ class ClusterKV:
         rank lookup (PrefixIndex.delegate_ranks), less what the router has not heard of yet."""
         if not hashes:
             return {}
-        head = hashes[0]
-        found = {key: match(hashes) for key, lru, match in self._lrus if head in lru}
+        found = prefixes(self._sets, self._names, hashes)
         vis = self._rank_vis
         if vis is None or self._truth:
             return found

@@ -75,7 +75,18 @@ class PyLruSet:
         return self._od.keys() & keys
 
 
+def py_prefixes(sets: tuple, names: tuple, hashes: Sequence[int]) -> dict:
+    """{names[i]: sets[i].match(hashes)} for the sets whose match is not 0 (one call for every rank)."""
+    if len(sets) != len(names):
+        raise ValueError(f"prefixes: {len(sets)} sets, {len(names)} names")
+    if not hashes:
+        return {}
+    head = hashes[0]
+    return {name: s.match(hashes) for s, name in zip(sets, names, strict=True) if head in s}
+
+
 try:
-    from rackserve.sim._lruset import LruSet
+    from rackserve.sim._lruset import LruSet, prefixes
 except ImportError:  # not built (an install without a C compiler): the same behaviour in Python
     LruSet = PyLruSet  # type: ignore[misc,assignment]
+    prefixes = py_prefixes

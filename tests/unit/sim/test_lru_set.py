@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rackserve.sim.lru_set import LruSet, PyLruSet
+from rackserve.sim.lru_set import LruSet, PyLruSet, prefixes, py_prefixes
 
 needs_c = pytest.mark.skipif(LruSet is PyLruSet, reason="the C LRU set is not built (no C compiler)")
 
@@ -113,3 +113,27 @@ def test_out_of_range_keys_are_refused_by_the_c_set() -> None:
         s.store([-(2**63) - 1], 0, 10)
     assert s.store([2**64 - 1, -(2**63)], 0, 1) == (-(2**63),)
     assert s.keys() == [2**64 - 1]
+
+
+@needs_c
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32), st.integers(1, 6))
+def test_prefixes_equal_each_sets_own_match(seed: int, n_sets: int) -> None:
+    """One call for every rank's match of a prompt: the C function and its Python twin give each
+    set's own match, for the sets that hold the prompt's head only."""
+    rng = random.Random(seed)
+    chains = _chains(rng, 12, 10, [])
+    sets = tuple(LruSet() for _ in range(n_sets))
+    names = tuple(("inst", i) for i in range(n_sets))
+    for s in sets:
+        for _ in range(rng.randint(0, 8)):
+            chain = rng.choice(chains)
+            s.store(chain, s.match(chain), rng.randint(3, 30))
+    for chain in [*chains, []]:
+        want = {name: s.match(chain) for s, name in zip(sets, names, strict=True) if s.match(chain)}
+        assert prefixes(sets, names, chain) == want
+        assert py_prefixes(sets, names, tuple(chain)) == want
+    with pytest.raises(ValueError, match="names"):
+        prefixes(sets, names[:-1], chains[0])
+    with pytest.raises(TypeError, match="LruSet"):
+        prefixes((PyLruSet(),), ("x",), chains[0])
