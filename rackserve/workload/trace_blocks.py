@@ -74,7 +74,7 @@ class BlockHashes(Sequence[int]):
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
             return tuple(self._ids[i].tolist())
-        return int(self._ids[i])
+        return self._ids.item(i)  # a Python int straight from the array (int(self._ids[i]) makes a numpy scalar first)
 
     def __iter__(self):
         return iter(self.as_tuple())
