@@ -40,6 +40,13 @@ def synth_tokens(cid: int, start: int, count: int, vocab: int = DEFAULT_VOCAB) -
     return (mix64(x) % np.uint64(vocab)).astype(np.uint32)
 
 
+def synth_token_rows(cids: np.ndarray, count: int, vocab: int = DEFAULT_VOCAB) -> np.ndarray:
+    """synth_tokens(cid, 0, count) of each content id, one row per id, in one array pass."""
+    with np.errstate(over="ignore"):
+        x = np.arange(count, dtype=np.uint64)[None, :] * _GOLDEN + cids.astype(np.uint64)[:, None]
+    return (mix64(x) % np.uint64(vocab)).astype(np.uint32)
+
+
 class HashChain:
     """A growing token sequence represented by its full blocks' chained hashes plus a partial tail."""
 

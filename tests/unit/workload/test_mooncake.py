@@ -72,3 +72,21 @@ def test_arrivals_in_seconds_scaled():
     assert [r.arrival_s for r in reqs] == [0.0, 0.25, 1.5]
     with pytest.raises(ValueError, match="timestamp"):
         trace_requests(list(reversed(recs)))
+
+
+@pytest.mark.parametrize("block", [16, 64, 512])
+def test_memoized_and_batched_hashes_equal_the_spec_on_every_record(block):
+    """Records sharing prefixes of hash ids (memo hits, then a miss mid-record hashed in one batch),
+    with last chunks full, partial and shorter than a block: every request's hashes equal block_hashes
+    over its synthesized tokens, chunk by chunk."""
+    import random
+
+    rng = random.Random(block)
+    recs = []
+    for _ in range(40):
+        n_ids = rng.randint(1, 6)
+        ids = [rng.choice([1, 2, 3]) if i < 2 else rng.randint(0, 9) for i in range(n_ids)]
+        length = (n_ids - 1) * 512 + rng.choice([1, 10, block - 1, block, block + 3, 511, 512])
+        recs.append(parse_record(_line(hash_ids=ids, input_length=min(length, n_ids * 512)), "r"))
+    for rec, req in zip(recs, trace_requests(recs, block_size=block, model_id="m"), strict=True):
+        assert req.block_hashes == tuple(block_hashes(list(iter_prompt_tokens(rec)), block, "m"))
