@@ -71,6 +71,7 @@ class ClusterView:
     prefill_by_key: dict[RankId, RankState] = field(init=False, repr=False, compare=False)
     _by_load: dict[str, tuple[RankState, ...]] = field(init=False, repr=False, compare=False)
     _decode_best: dict[str | None, RankState] = field(init=False, repr=False, compare=False)
+    _instances: dict[str, tuple[RankState, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # built once per routing decision of the simulator: per-rank work runs in C (sorted/min
@@ -89,6 +90,7 @@ class ClusterView:
         object.__setattr__(self, "prefill_by_key", {r.key: r for r in prefill})
         object.__setattr__(self, "_by_load", {k: tuple(v) for k, v in by_load.items()})
         object.__setattr__(self, "_decode_best", decode_best)
+        object.__setattr__(self, "_instances", prefill_instances(self.ranks))
 
     def prefill_ranks(self) -> tuple[RankState, ...]:
         """Healthy prefill ranks in view order."""
@@ -102,6 +104,11 @@ class ClusterView:
         """Healthy prefill ranks per layout, least loaded first (RankState.load_order)."""
         return self._by_load
 
+    def prefill_instances(self) -> dict[str, tuple[RankState, ...]]:
+        """Every prefill rank, healthy or not (lockstep siblings all the same), per instance: instances
+        in the order of their first rank, ranks in view order."""
+        return self._instances
+
     def decode_ranks(self, layout: str | None = None) -> tuple[RankState, ...]:
         return tuple(
             r
@@ -112,6 +119,15 @@ class ClusterView:
     def least_loaded_decode(self, layout: str | None = None) -> RankState | None:
         """Healthy decode rank (of `layout`) with the fewest active blocks, then running seqs."""
         return self._decode_best.get(layout)
+
+
+def prefill_instances(ranks) -> dict[str, tuple[RankState, ...]]:
+    """ClusterView.prefill_instances of `ranks` (view order)."""
+    out: dict[str, list[RankState]] = {}
+    for rank in ranks:
+        if rank.role == "prefill":
+            out.setdefault(rank.instance, []).append(rank)
+    return {k: tuple(v) for k, v in out.items()}
 
 
 _decode_load = attrgetter("active_decode_blocks", "running_seqs")  # decode load order of a rank

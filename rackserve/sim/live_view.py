@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from rackserve.routing.view import RankId, RankState
+from rackserve.routing.view import RankId, RankState, prefill_instances
 
 
 class LiveClusterView:
@@ -29,6 +29,7 @@ class LiveClusterView:
         self._ranks: tuple[RankState, ...] | None = None
         self._prefill: tuple[RankState, ...] | None = None
         self._loads: dict[str, tuple[RankState, ...]] | None = None
+        self._instances: dict[str, tuple[RankState, ...]] | None = None
 
     def state(self, key: RankId) -> RankState:
         return self._states[key]
@@ -42,7 +43,7 @@ class LiveClusterView:
         self._ranks = None
         if new.role == "prefill":
             self.prefill_by_key[new.key] = new
-            self._prefill = self._loads = None
+            self._prefill = self._loads = self._instances = None
 
     def _decode_key(self, r: RankState) -> tuple[int, int, int]:
         return (r.active_decode_blocks, r.running_seqs, self._pos[r.key])
@@ -77,6 +78,11 @@ class LiveClusterView:
 
     def prefill_rank(self, key: RankId) -> RankState | None:
         return self.prefill_by_key.get(key)
+
+    def prefill_instances(self) -> dict[str, tuple[RankState, ...]]:
+        if self._instances is None:  # the simulator's ranks are all healthy: its prefill ranks, grouped
+            self._instances = prefill_instances(self.prefill_ranks())
+        return self._instances
 
     def prefill_by_load(self) -> dict[str, tuple[RankState, ...]]:
         if self._loads is None:

@@ -70,16 +70,12 @@ class LeastUncachedWork:
     def _choose_per_instance(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
         """Each instance's least-loaded rank and every rank holding part of the prompt in HBM,
         priced with the instance's pool (when pools are per instance) and the lockstep idle."""
-        by_instance: dict[str, list[RankState]] = {}
-        for rank in cluster.ranks:  # unhealthy ranks too: they still are lockstep siblings
-            if rank.role == "prefill":
-                by_instance.setdefault(rank.instance, []).append(rank)
         in_hbm = match.rank_blocks
         best: tuple[float, tuple[float, int, int, RankId]] | None = None
         pick: RankState | None = None
         score = 0.0
         work = UncachedWork(self._cost, match, request.prompt_tokens)
-        for ranks in by_instance.values():
+        for ranks in cluster.prefill_instances().values():  # unhealthy ranks too: lockstep siblings
             busiest = max(r.queued_work_s for r in ranks) if self._balance and len(ranks) > 1 else None
             healthy = [r for r in ranks if r.healthy]
             coldest = min((r for r in healthy if r.key not in in_hbm), key=_load_order, default=None)

@@ -18,6 +18,11 @@ def _same(live: LiveClusterView, ref: ClusterView) -> None:
     assert live.prefill_ranks() == ref.prefill_ranks()
     assert live.prefill_by_key == ref.prefill_by_key
     assert list(live.prefill_by_load().items()) == list(ref.prefill_by_load().items())
+    assert list(live.prefill_instances().items()) == list(ref.prefill_instances().items())
+    # every prefill rank of each instance, in view order (what least-uncached-work's lockstep terms read)
+    assert {k: list(v) for k, v in ref.prefill_instances().items()} == {
+        inst: [r for r in ref.ranks if r.role == "prefill" and r.instance == inst] for inst in dict.fromkeys(
+            r.instance for r in ref.ranks if r.role == "prefill")}
     for layout in (None, "wide-ep", "dep2", "tp8"):
         assert live.least_loaded_decode(layout) == ref.least_loaded_decode(layout)
         assert live.decode_ranks(layout) == ref.decode_ranks(layout)
