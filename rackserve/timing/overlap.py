@@ -87,14 +87,24 @@ def _int64(a: np.ndarray) -> np.ndarray:
     return a if a.dtype == np.int64 else a.astype(np.int64)
 
 
+def overlap_total(t_a: float, m_a: float, t_b: float, m_b: float, moe_layers: int, serial_s: float) -> float | None:
+    """The overlapped step's time from its halves' totals t and dispatch/combine times m (module
+    docstring), or None where it is not faster than the serial step's `serial_s`."""
+    c_a, c_b = t_a - m_a, t_b - m_b
+    layers = max(moe_layers, 1)
+    total = max(c_a + c_b + m_b / layers, m_a + m_b + c_a / layers)
+    if total >= serial_s or m_a + m_b <= 0:
+        return None
+    return total
+
+
 def overlapped(serial: StepCost, a: StepCost, b: StepCost, moe_layers: int) -> StepCost:
     """The step with its two halves overlapped, or `serial` where overlap would not be faster."""
     m_a, m_b = a.breakdown.get(OVERLAPPED, 0.0), b.breakdown.get(OVERLAPPED, 0.0)
-    c_a, c_b = a.total_s - m_a, b.total_s - m_b
-    layers = max(moe_layers, 1)
-    total = max(c_a + c_b + m_b / layers, m_a + m_b + c_a / layers)
-    if total >= serial.total_s or m_a + m_b <= 0:
+    total = overlap_total(a.total_s, m_a, b.total_s, m_b, moe_layers, serial.total_s)
+    if total is None:
         return serial
+    c_a, c_b = a.total_s - m_a, b.total_s - m_b
     names = {**serial.breakdown, **a.breakdown, **b.breakdown}
     breakdown = {k: a.breakdown.get(k, 0.0) + b.breakdown.get(k, 0.0) for k in names}
     exposed = total - (c_a + c_b)

@@ -61,6 +61,17 @@ class GroupPlan:
     d_const_list: tuple[float, float]
     d_omo: np.ndarray | None  # [2C] 1 - overlap; None when every kernel overlaps fully
     d_out: np.ndarray  # [(2 or 3) x 2C, 7]: [max(tc, tm), (min(tc, tm)), tc, tm] -> 7 totals
+    has_gather: bool  # gather.any()
+    # _general_features' constants, its rows computed in the order [L, W, capped per indexer code,
+    # Kr, W_read, L_read, capped_read per indexer code, tokens, seqs] (the sums of positions as
+    # the capped sums with no knee): knee caps x divisors, divisors, caps, per indexer code its
+    # ratio and top_k, and the permutation back to the feature order
+    f_knee: np.ndarray  # [2 + I, 1]
+    f_div: np.ndarray  # [1 + I, 1]
+    f_cap: np.ndarray  # [1 + I, 1]
+    f_ratio: np.ndarray  # [I, 1]
+    f_top_k: np.ndarray  # [I, 1]
+    f_order: np.ndarray  # [7 + 2I]
 
 
 @dataclass(frozen=True)
@@ -170,7 +181,25 @@ def _group_plan(ctx: CostContext, lay: Layout, phase: str, gi: int) -> GroupPlan
         d_const_list=tuple(d_const.tolist()),
         d_omo=None if not omo.any() else omo,
         d_out=d_out,
+        has_gather=bool(gather.any()),
+        **_feature_constants(window, [(float(codes[i].ratio), float(codes[i].top_k)) for i in idx_codes]),
     )
+
+
+def _feature_constants(window: float, ratios: list[tuple[float, float]]) -> dict[str, np.ndarray]:
+    """GroupPlan's f_* fields (see there) for a window and (ratio, top_k) per indexer code."""
+    nidx = len(ratios)
+    col = lambda xs: np.array(xs, dtype=np.float64).reshape(-1, 1)  # noqa: E731
+    r0 = 3 + nidx
+    computed = [1, 0, *range(3, 3 + nidx), 2, r0, r0 + 1, *range(r0 + 2, r0 + 2 + nidx), r0 + 2 + nidx, r0 + 3 + nidx]
+    return {
+        "f_knee": col([np.inf, window * 1.0] + [top_k * ratio for ratio, top_k in ratios]),
+        "f_div": col([1.0] + [ratio for ratio, _ in ratios]),
+        "f_cap": col([window] + [top_k for _, top_k in ratios]),
+        "f_ratio": col([ratio for ratio, _ in ratios]),
+        "f_top_k": col([top_k for _, top_k in ratios]),
+        "f_order": np.argsort(computed),
+    }
 
 
 def _reads_apart(gmap: np.ndarray, nc: int, idx_codes: list[int]) -> np.ndarray:
@@ -200,11 +229,41 @@ def _capped(lo: np.ndarray, lo2: np.ndarray, hi: np.ndarray, div: float, cap: fl
     return _linear(lo2, knee) / div + (hi - knee) * cap
 
 
-def _general_features(gp: GroupPlan, q: np.ndarray, end: np.ndarray, starts, nonempty):
+def _general_features(gp: GroupPlan, q: np.ndarray, end: np.ndarray, starts, nonempty, zeros=None):
     """Per-rank sums [W, L, Kr, capped per indexer code, W_read, L_read, capped_read per indexer
     code, tokens, seqs] for queries q ending at end; the read rows count each sequence's entries
     once (the union of its queries' windows, everything up to its last position, its last
-    position's selection: batch_features.group_sums)."""
+    position's selection: batch_features.group_sums). _general_features_by_row's operations, element
+    by element, on blocks of rows (GroupPlan's f_* constants). `zeros`: positions whose columns are
+    set to zero before the sums (features_together's separators)."""
+    n = q.size
+    nidx = gp.f_ratio.shape[0]
+    lo = end - q
+    lo2 = lo * (lo + 1.0)
+    rows = np.zeros((7 + 2 * nidx, n + 1))
+    c = 2 + nidx  # L, W and the capped rows: _linear up to their knees, then _capped's terms
+    knee = np.minimum(np.maximum(lo, gp.f_knee), end)
+    lin = rows[:c, :n]
+    np.multiply(knee * (knee + 1.0) - lo2, 0.5, out=lin)
+    np.add(lin[1:] / gp.f_div, (end - knee[1:]) * gp.f_cap, out=lin[1:])
+    np.multiply(end, np.ceil(q / 128.0), out=rows[c, :n])
+    some = q > 0
+    if gp.window:
+        np.minimum(end, gp.window + q - 1.0, out=rows[c + 1, :n])
+    rows[c + 2, :n] = end
+    if nidx:
+        np.minimum(end / gp.f_ratio, gp.f_top_k, out=rows[c + 3 : c + 3 + nidx, :n])
+    reads = rows[c + 1 : c + 3 + nidx, :n]
+    np.multiply(reads, some, out=reads)
+    rows[-2, :n] = q
+    rows[-1, :n] = some
+    if zeros:
+        rows[:, zeros] = 0.0
+    return np.add.reduceat(rows, starts, axis=1)[gp.f_order] * nonempty  # [F_g + 2, R]
+
+
+def _general_features_by_row(gp: GroupPlan, q: np.ndarray, end: np.ndarray, starts, nonempty):
+    """_general_features row by row, as first written (the reference the tests compare it with)."""
     n = q.size
     nidx = len(gp.indexer_ratios)
     lo = end - q
@@ -231,9 +290,29 @@ def _kv_times(gp: GroupPlan, feats: np.ndarray, fmap: np.ndarray, seqs: np.ndarr
     half = x.shape[1] // 2
     tc, tm = x[:, :half], x[:, half:]
     t = np.maximum(tc, tm) + gp.omo * np.minimum(tc, tm) + gp.overhead * (tm > 0)
-    if gp.gather.any():
+    if gp.has_gather:
         t = t + (seqs > 0)[:, None] * gp.gather
     return t @ gp.weights, tc, tm
+
+
+def _kv_times_many(gp: GroupPlan, fs: list[np.ndarray]) -> list[tuple]:
+    """_kv_times(gp, f[:-2], gp.general_map, f[-1]) of each f of `fs` (the same ranks): the
+    matrix products one by one, the element-wise operations on all of them stacked."""
+    fmap = gp.general_map
+    x = _stacked([f[:-2].T @ fmap for f in fs])  # [B, R, 4C]
+    half = x.shape[2] // 2
+    tc, tm = x[:, :, :half], x[:, :, half:]
+    t = np.maximum(tc, tm) + gp.omo * np.minimum(tc, tm) + gp.overhead * (tm > 0)
+    if gp.has_gather:
+        seqs = _stacked([f[-1] for f in fs])
+        t = t + (seqs > 0)[:, :, None] * gp.gather
+    w = gp.weights
+    return [(ti @ w, tci, tmi) for ti, tci, tmi in zip(t, tc, tm, strict=True)]
+
+
+def _stacked(arrays: list[np.ndarray]) -> np.ndarray:
+    """np.stack of arrays of one shape (cheaper: one concatenation, reshaped)."""
+    return np.concatenate(arrays).reshape(len(arrays), *arrays[0].shape)
 
 
 class _Group:
@@ -252,6 +331,13 @@ class _Group:
         w = self.gp.weights
         return np.concatenate((self.tc[ra] @ w, self.tm[ra] @ w))
 
+    def cm_list(self, ra: int) -> list[float]:
+        """cm_row(ra) as floats."""
+        if self.cm is not None:
+            return self.cm[ra].tolist()
+        w = self.gp.weights
+        return (self.tc[ra] @ w).tolist() + (self.tm[ra] @ w).tolist()
+
 
 def fast_step_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer) -> StepCost:
     lay = plan.layout
@@ -265,29 +351,134 @@ def fast_step_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transf
     if plan.phase == "prefill":
         groups = [_prefill_group(plan, gi, gp, ranks) for gi, gp in enumerate(plan.groups)]
         return _finish(ctx, plan, batch, groups, kv_transfer)
-    distinct, spread = _distinct(ranks)
-    news = [rb.new_tokens for rb in distinct]
-    counts = np.fromiter(map(len, news), np.int64, len(distinct))
-    new = np.concatenate(news) if len(news) > 1 else news[0]
-    cached = (
-        np.concatenate([rb.cached_tokens for rb in distinct])
-        if len(news) > 1
-        else distinct[0].cached_tokens
-    )
-    starts = np.cumsum(counts) - counts
-    nonempty = counts > 0
     # not the single-token decode form: general sums over each sequence's positions, per group
+    return general_cost(ctx, plan, batch, Prepared(ranks), kv_transfer)
+
+
+class Prepared:
+    """A step batch's sequences as the general path reads them, and its context feature sums per
+    group shape, computed once: a speculative step prices one batch (and its halves) with two
+    plans, the verify model's and the draft's, whose feature sums coincide (same window, indexer
+    codes and tail), so the second plan reads the first one's."""
+
+    __slots__ = ("ranks", "new", "cached", "counts", "starts", "nonempty", "spread", "ends", "end",
+                 "q_full", "feats", "halves", "pooled", "_single")
+
+    def __init__(self, ranks) -> None:
+        distinct, spread = _distinct(ranks)
+        news = [rb.new_tokens for rb in distinct]
+        counts = np.fromiter(map(len, news), np.int64, len(distinct))
+        new = np.concatenate(news) if len(news) > 1 else news[0]
+        cached = (
+            np.concatenate([rb.cached_tokens for rb in distinct])
+            if len(news) > 1
+            else distinct[0].cached_tokens
+        )
+        self.ranks, self.new, self.cached, self.counts, self.spread = ranks, new, cached, counts, spread
+        self.starts = np.cumsum(counts) - counts
+        self.nonempty = counts > 0
+        self.ends = cached + new  # each sequence's context after the step (integers)
+        self.end = self.ends.astype(np.float64)
+        self.q_full = new.astype(np.float64)
+        self.feats: dict = {}
+        self.halves = None  # (halves, their Prepared) once asked for (TimingModel._step_prepared)
+        self.pooled: bool | None = None  # some rank fetches pool tokens (once asked for)
+        self._single: bool | None = None
+
+    @property
+    def single_token(self) -> bool:
+        """Some sequence, each computing one token: _decode_step prices it, not the general path."""
+        if self._single is None:
+            new = self.new
+            self._single = new.shape[0] > 0 and bool((new == 1).all())
+        return self._single
+
+    def features(self, gp: GroupPlan) -> np.ndarray:
+        """_general_features of group plan `gp`, one column per rank (memoized on what they read)."""
+        key = _feature_key(gp)
+        f = self.feats.get(key)
+        if f is None:
+            q = self.q_full if gp.tail == 0 else np.minimum(self.q_full, gp.tail)
+            f = _general_features(gp, q, self.end, self.starts, self.nonempty)
+            if self.spread is not None:  # back to one column per rank (a rank's sums are its own)
+                f = f[:, self.spread]
+            self.feats[key] = f
+        return f
+
+
+def _feature_key(gp: GroupPlan) -> tuple:
+    """What _general_features reads of a group plan."""
+    return (gp.window, gp.tail, gp.indexer_ratios)
+
+
+def features_together(preps: list[Prepared], groups) -> None:
+    """Prepared.features of several batches for each group plan of `groups`, in one
+    _general_features call over their sequences laid one after another, each batch's followed by
+    the zero column it has alone (so that every rank's sums take the same terms in the same order,
+    the zero included): a step's batch and its two halves."""
+    for gp in groups:
+        key = _feature_key(gp)
+        todo = [p for p in preps if key not in p.feats]
+        if len(todo) < 2:
+            for p in todo:
+                p.features(gp)
+            continue
+        zero = np.zeros(1)
+        sizes = [p.q_full.shape[0] for p in todo]
+        offsets = list(accumulate((n + 1 for n in sizes[:-1]), initial=0))
+        q = np.concatenate([a for p in todo for a in (p.q_full, zero)][:-1])
+        if gp.tail:
+            q = np.minimum(q, gp.tail)
+        end = np.concatenate([a for p in todo for a in (p.end, zero)][:-1])
+        starts = np.concatenate([p.starts + off for p, off in zip(todo, offsets, strict=True)])
+        nonempty = np.concatenate([p.nonempty for p in todo])
+        between = [off + n for off, n in zip(offsets[:-1], sizes[:-1], strict=True)]  # the zero columns
+        f = _general_features(gp, q, end, starts, nonempty, between)
+        at = 0
+        for p in todo:
+            d = p.counts.shape[0]
+            part = f[:, at : at + d]
+            at += d
+            p.feats[key] = part[:, p.spread] if p.spread is not None else part.copy()
+
+
+def general_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, prep: Prepared, kv_transfer) -> StepCost:
+    """The general path of fast_step_cost over `batch`'s Prepared form."""
     groups = []
-    end = (cached + new).astype(np.float64)
-    q_full = new.astype(np.float64)
     for gp in plan.groups:
-        q = q_full if gp.tail == 0 else np.minimum(q_full, gp.tail)
-        f = _general_features(gp, q, end, starts, nonempty)
-        if spread is not None:  # back to one column per rank (a rank's sums are its own)
-            f = f[:, spread]
+        f = prep.features(gp)
         kv, tc, tm = _kv_times(gp, f[:-2], gp.general_map, f[-1])
         groups.append(_Group(gp, kv, tc, tm, f[-2], f[-1]))
-    return _finish(ctx, plan, batch, groups, kv_transfer)
+    return _finish(ctx, plan, batch, groups, kv_transfer, _pooled(prep))
+
+
+def general_costs(ctx: CostContext, plan: StepPlan, items: list[tuple[StepBatch, Prepared]], kv_transfer) -> list[StepCost]:
+    """general_cost of each (batch, its Prepared form) of `items` (a step and its halves: the same
+    ranks), _kv_times' element-wise part for all of them at once (_kv_times_many)."""
+    groups: list[list[_Group]] = [[] for _ in items]
+    for gp in plan.groups:
+        fs = [prep.features(gp) for _, prep in items]
+        for out, (kv, tc, tm), f in zip(groups, _kv_times_many(gp, fs), fs, strict=True):
+            out.append(_Group(gp, kv, tc, tm, f[-2], f[-1]))
+    return [
+        _finish(ctx, plan, batch, g, kv_transfer, _pooled(prep))
+        for (batch, prep), g in zip(items, groups, strict=True)
+    ]
+
+
+def _pooled(prep: Prepared) -> bool:
+    if prep.pooled is None:
+        prep.pooled = any(map(_HBM, prep.ranks)) or any(map(_DRAM, prep.ranks))
+    return prep.pooled
+
+
+def prepared_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, prep: Prepared, kv_transfer) -> StepCost:
+    """fast_step_cost of a decode `batch` whose Prepared form is `prep` (its feature sums shared)."""
+    if prep.single_token:
+        cost = _decode_step(ctx, plan, batch, kv_transfer)
+        if cost is not None:
+            return cost
+    return general_cost(ctx, plan, batch, prep, kv_transfer)
 
 
 def _prefill_group(plan: StepPlan, gi: int, gp: GroupPlan, ranks) -> _Group:
@@ -329,8 +520,10 @@ def _rank_features(gp: GroupPlan, rb) -> np.ndarray:
 _START = np.zeros(1, dtype=np.intp)
 
 
-def _finish(ctx: CostContext, plan: StepPlan, batch: StepBatch, groups: list, kv_transfer) -> StepCost:
-    """The token-count bundles of a general step's layer groups, its pool transfers, and the cost."""
+def _finish(ctx: CostContext, plan: StepPlan, batch: StepBatch, groups: list, kv_transfer,
+            pooled: bool | None = None) -> StepCost:
+    """The token-count bundles of a general step's layer groups, its pool transfers, and the cost
+    (`pooled`: whether some rank fetches pool tokens, when the caller knows)."""
     lay, ranks = plan.layout, batch.ranks
     tokens_full = groups[0].tokens
     lg = ctx.groups[plan.phase]
@@ -341,7 +534,9 @@ def _finish(ctx: CostContext, plan: StepPlan, batch: StepBatch, groups: list, kv
         for g in groups
     ]
     transfer = None
-    if any(map(_HBM, ranks)) or any(map(_DRAM, ranks)):
+    if pooled is None:
+        pooled = any(map(_HBM, ranks)) or any(map(_DRAM, ranks))
+    if pooled:
         transfer = _pool_transfer(ranks, kv_transfer)
     return _assemble(groups, bundles, transfer, lay)
 
@@ -472,6 +667,70 @@ def _decode_entry(ctx: CostContext, plan: StepPlan, lens: list[int], expert_toke
     return entry
 
 
+def decode_passes(ctx: CostContext, plan: StepPlan, lens: list[int], cached: np.ndarray, expert_tokens):
+    """_decode_step of k single-token steps of the same sequences per rank (`lens`, every rank,
+    n sequences in all, no pool tokens), one step per row of `cached` [k, n] (each
+    sequence's cached tokens, ranks in order): a speculative step's one-token draft passes, which
+    differ only in their contexts. Each step as (total_s, its dispatch_combine time, rank_busy_s),
+    all its speculative step reads. The same operations as _decode_step on each row: element-wise
+    ones and reductions over the same sequences for all rows at once, the matrix products row by
+    row (a BLAS product of more rows may round differently)."""
+    entry = plan.memo.get(tuple(lens)) if expert_tokens is None else None
+    if entry is None:
+        entry = _decode_entry(ctx, plan, lens, expert_tokens)
+    bundle, base, starts, active = entry
+    gp = plan.groups[0]
+    k, n = cached.shape
+    e = (cached + 1.0)[:, None, :]  # [k, 1, n]
+    if active is not None:  # idle ranks: a zero column keeps every segment start in range
+        capped = np.zeros((k, gp.decode_caps.shape[0], n + 1))
+        np.minimum(e, gp.decode_caps, out=capped[:, :, :n])
+        feats = np.add.reduceat(capped, starts, axis=2) * active
+    else:
+        feats = np.add.reduceat(np.minimum(e, gp.decode_caps), starts, axis=2)
+    dmap = gp.decode_map
+    x = _stacked([f.T @ dmap for f in feats])  # [k, R, 4C]
+    half = x.shape[2] >> 1
+    tc, tm = x[:, :, :half], x[:, :, half:]
+    blocks = (
+        (np.maximum(tc, tm), x) if gp.d_omo is None else (np.maximum(tc, tm), np.minimum(tc, tm), x)
+    )
+    d_out = gp.d_out
+    z = _stacked([c @ d_out for c in np.concatenate(blocks, axis=2)])  # [k, R, 7]
+    attn = z[:, :, 2] + base
+    moe_total = bundle.moe_total
+    idle_moe = None
+    totals: list[float] = []
+    dcs: list[float] = []
+    ras = attn.argmax(axis=1)
+    rows = np.arange(k)
+    at = z[rows, ras, :2].tolist()
+    for ra, attn_ra, (a_t, i_t) in zip(ras.tolist(), attn[rows, ras].tolist(), at, strict=True):
+        if not lens[ra] and attn_ra <= 0:
+            if idle_moe is None:
+                idle_moe = bool(moe_total.max() <= 0)
+            if idle_moe:
+                totals.append(None)  # type: ignore[arg-type]
+                dcs.append(0.0)
+                continue
+        if lens[ra]:
+            a_t, i_t = a_t + gp.d_const_list[0], i_t + gp.d_const_list[1]
+        values = bundle.rank_tail(ra)[0]
+        if gp.has_indexer:
+            breakdown = {"attention": a_t, "indexer": i_t, **values}
+        else:
+            breakdown = {"attention": a_t}
+            breakdown.update(values)
+        totals.append(sum(breakdown.values()))
+        dcs.append(breakdown.get("dispatch_combine", 0.0))
+    out = []
+    busy = np.minimum(attn + moe_total, np.array([0.0 if t is None else t for t in totals])[:, None])
+    zero = (0.0,) * len(lens)
+    for total, dc, b in zip(totals, dcs, busy.tolist(), strict=True):
+        out.append((0.0, 0.0, zero) if total is None else (total, dc, tuple(b)))
+    return out
+
+
 def _assemble(groups, bundles: list[Bundle], transfer, lay: Layout) -> StepCost:
     kv = groups[0].kv
     for g in groups[1:]:
@@ -488,10 +747,13 @@ def _assemble(groups, bundles: list[Bundle], transfer, lay: Layout) -> StepCost:
     if attn[ra] <= 0 and moe.max() <= 0:
         return StepCost(0.0, {}, (0.0,) * lay.dp, {})
     a_t, i_t = kv[ra].tolist()
-    cm = groups[0].cm_row(ra)
-    for g in groups[1:]:
-        cm = cm + g.cm_row(ra)
-    a_c, i_c, a_m, i_m = cm.tolist()
+    if len(groups) == 1:
+        a_c, i_c, a_m, i_m = groups[0].cm_list(ra)
+    else:
+        cm = groups[0].cm_row(ra)
+        for g in groups[1:]:
+            cm = cm + g.cm_row(ra)
+        a_c, i_c, a_m, i_m = cm.tolist()
     breakdown = {"attention": a_t}
     bound = {"attention": "compute" if a_c > a_m else "memory"}
     if any(g.gp.has_indexer for g in groups):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from rackserve.timing import comm
 from rackserve.timing.batch import RankBatch, StepBatch, StepCost
 from rackserve.timing.engram_placement import HBM_SHARDED, check_placement
 from rackserve.timing.layout import Layout, make_layout
 from rackserve.timing.optimizations import Optimizations, parse_optimizations
-from rackserve.timing.overlap import overlapped, split_in_two
+from rackserve.timing.overlap import OVERLAPPED, overlap_total, overlapped, split_in_two
 from rackserve.timing.spec import HardwareSpec, ModelSpec, load_hardware, load_model
 from rackserve.timing.speculative import (
     Speculation,
@@ -18,7 +20,16 @@ from rackserve.timing.speculative import (
     verify_batch,
 )
 from rackserve.timing.step_cost import CostContext, step_cost
-from rackserve.timing.step_plan import StepPlan, build_plan, fast_step_cost
+from rackserve.timing.step_plan import (
+    Prepared,
+    StepPlan,
+    build_plan,
+    decode_passes,
+    fast_step_cost,
+    features_together,
+    general_costs,
+    prepared_cost,
+)
 
 KV_TIERS = ("pool_hbm", "pool_dram")
 # The router's reference batch: a busy prefill rank's step, which the engine caps at its
@@ -146,9 +157,12 @@ class TimingModel:
         return self._overlap(phase, layout, batch, self._fast)
 
     def _fast(self, phase: str, layout: Layout, batch: StepBatch) -> StepCost:
+        return fast_step_cost(self._ctx, self._plan(layout, phase), batch, self.kv_transfer_s)
+
+    def _plan(self, layout: Layout, phase: str) -> StepPlan:
         hit = self._plans_by_id.get((id(layout), phase))
         if hit is not None and hit[0] is layout:  # identity, so a recycled id never matches
-            return fast_step_cost(self._ctx, hit[1], batch, self.kv_transfer_s)
+            return hit[1]
         plan = self._plans.get((layout, phase))
         if plan is None:
             if phase not in ("prefill", "decode"):
@@ -157,7 +171,7 @@ class TimingModel:
         if len(self._plans_by_id) > 1000:
             self._plans_by_id.clear()
         self._plans_by_id[(id(layout), phase)] = (layout, plan)
-        return fast_step_cost(self._ctx, plan, batch, self.kv_transfer_s)
+        return plan
 
     def _reference(self, phase: str, layout: Layout, batch: StepBatch) -> StepCost:
         return step_cost(self._ctx, phase, layout, batch, self.kv_transfer_s)
@@ -193,16 +207,32 @@ class TimingModel:
         sequence's new_tokens = verify_tokens positions; speculative.verify_batch widens a
         one-token batch) plus the draft passes, one after another ("mtp_draft": a one-layer pass
         over the same positions, then draft_tokens - 1 passes of one token per sequence).
-        accepted_tokens is the acceptance model's expectation. Without MTP: step_time("decode")."""
+        accepted_tokens is the acceptance model's expectation. Without MTP: step_time("decode").
+
+        Priced as speculative_step_time_by_passes prices it, to the bit, with less work: the verify
+        pass and the first draft pass share the batch's (and its halves') context sums, and the
+        one-token draft passes are priced together (decode_passes), without their batches."""
+        if self.speculation is None:
+            return self.step_time("decode", layout, batch)
+        draft = self._draft_model()
+        ranks = batch.ranks
+        if len(ranks) != layout.dp:  # the pass-by-pass path raises the error
+            return self.speculative_step_time_by_passes(layout, batch)
+        prep = Prepared(ranks)
+        if prep.new.shape[0] == 0:  # no sequence at all: the general path's empty step
+            return self.speculative_step_time_by_passes(layout, batch)
+        verify = self._step_prepared(layout, batch, prep)
+        first = draft._step_prepared(layout, batch, prep)
+        rest = draft._draft_passes(layout, batch, prep, self.speculation.draft_tokens - 1)
+        return self._speculative_cost(verify, first, rest)
+
+    def speculative_step_time_by_passes(self, layout: Layout, batch: StepBatch) -> StepCost:
+        """speculative_step_time the readable way, pass by pass: step_time of the verify batch and
+        of each of speculative.draft_batches on the draft model (the reference of the fast path)."""
         verify = self.step_time("decode", layout, batch)
         if self.speculation is None:
             return verify
-        if self._draft is None:
-            draft_opts = self.optimizations.with_switch("mtp", False)
-            self._draft = TimingModel(
-                self.hardware, draft_model(self.model, layers=1), draft_opts, self.block_tokens
-            )
-        passes = [self._draft.step_time("decode", layout, b)
+        passes = [self._draft_model().step_time("decode", layout, b)
                   for b in draft_batches(batch, self.speculation.draft_tokens)]  # fmt: skip
         draft_s = sum(p.total_s for p in passes)
         first = passes[0]
@@ -222,6 +252,97 @@ class TimingModel:
             hidden,
             self.speculation.expected_accepted_tokens,
         )
+
+    def _draft_model(self) -> TimingModel:
+        if self._draft is None:
+            draft_opts = self.optimizations.with_switch("mtp", False)
+            self._draft = TimingModel(
+                self.hardware, draft_model(self.model, layers=1), draft_opts, self.block_tokens
+            )
+        return self._draft
+
+    def _speculative_cost(self, verify: StepCost, first: StepCost, rest: list[tuple]) -> StepCost:
+        """The speculative step from its verify pass, its first draft pass and the (total_s,
+        rank_busy_s, hidden_s) of each later draft pass: speculative_step_time_by_passes' sums."""
+        passes = [(first.total_s, first.rank_busy_s, first.hidden_s), *rest]
+        draft_s = sum(p[0] for p in passes)
+        breakdown = {**verify.breakdown, "mtp_draft": draft_s}
+        dominant = max(first.breakdown, key=first.breakdown.get) if first.breakdown else ""
+        bound = {**verify.bound, "mtp_draft": first.bound.get(dominant, "memory")}
+        busy = tuple(v + sum(d) for v, *d in zip(verify.rank_busy_s, *(p[1] for p in passes), strict=True))
+        hidden = dict(verify.hidden_s)
+        for p in passes:
+            for k, v in p[2].items():
+                hidden[k] = hidden.get(k, 0.0) + v
+        return StepCost(
+            verify.total_s + draft_s,
+            breakdown,
+            busy,
+            bound,
+            hidden,
+            self.speculation.expected_accepted_tokens,
+        )
+
+    def _overlaps(self, layout: Layout) -> bool:
+        return self.optimizations.two_batch_overlap and layout.ep > 1
+
+    def _step_prepared(self, layout: Layout, batch: StepBatch, prep: Prepared) -> StepCost:
+        """step_time("decode", layout, batch) of a batch whose Prepared form is `prep` (its halves'
+        kept on it), so that another model pricing the same batch reads the same sums."""
+        plan = self._plan(layout, "decode")
+        if not self._overlaps(layout):
+            return prepared_cost(self._ctx, plan, batch, prep, self.kv_transfer_s)
+        if prep.halves is None:  # the halves before the serial step, so that their sums come together
+            halves = split_in_two(batch)
+            prep.halves = (halves, None if halves is None else tuple(Prepared(h.ranks) for h in halves))
+        halves, preps = prep.halves
+        if halves is not None:
+            features_together([prep, *preps], plan.groups)
+            if not (prep.single_token or preps[0].single_token or preps[1].single_token):
+                # all three by the general path, together
+                serial, a, b = general_costs(
+                    self._ctx, plan, [(batch, prep), *zip(halves, preps, strict=True)], self.kv_transfer_s
+                )
+                if serial.breakdown.get("dispatch_combine", 0.0) <= 0.0:
+                    return serial
+                return overlapped(serial, a, b, self.model.layers - self.model.moe.first_dense_layers)
+        serial = prepared_cost(self._ctx, plan, batch, prep, self.kv_transfer_s)
+        if serial.breakdown.get("dispatch_combine", 0.0) <= 0.0:
+            return serial
+        if halves is None:
+            return serial
+        a, b = (prepared_cost(self._ctx, plan, h, p, self.kv_transfer_s) for h, p in zip(halves, preps, strict=True))
+        return overlapped(serial, a, b, self.model.layers - self.model.moe.first_dense_layers)
+
+    def _draft_passes(self, layout: Layout, batch: StepBatch, prep: Prepared, k: int) -> list[tuple]:
+        """The k one-token draft passes after the first (speculative.draft_batches[1:]) as
+        step_time("decode") would price them, as (total_s, rank_busy_s, hidden_s) each: the
+        sequences of every rank one token each, at context cached + new + i - 1 for pass i."""
+        if k <= 0:
+            return []
+        counts, ends = prep.counts, prep.ends
+        if prep.spread is not None:  # the distinct batches' sequences back in rank order
+            counts = counts[prep.spread]
+            first = np.cumsum(counts) - counts
+            ends = ends[np.repeat(prep.starts[prep.spread] - first, counts) + np.arange(int(counts.sum()))]
+        lens = counts.tolist()
+        cached = (ends + np.arange(1, k + 1)[:, None]) - 1  # [k, n]: pass i's cached + new + i - 1
+        plan = self._plan(layout, "decode")
+        serial = decode_passes(self._ctx, plan, lens, cached, batch.expert_tokens)
+        if not self._overlaps(layout) or max(lens) < 2:  # no rank splits: no halves (split_in_two)
+            return [(t, busy, {}) for t, _, busy in serial]
+        # the halves: each rank's first (n + 1) // 2 sequences, then the others (overlap._split_rank)
+        heads = (counts + 1) // 2
+        local = np.arange(cached.shape[1]) - np.repeat(np.cumsum(counts) - counts, counts)
+        in_a = local < np.repeat(heads, counts)
+        experts = None if batch.expert_tokens is None else np.asarray(batch.expert_tokens) / 2.0
+        a = decode_passes(self._ctx, plan, heads.tolist(), cached[:, in_a], experts)
+        b = decode_passes(self._ctx, plan, (counts - heads).tolist(), cached[:, ~in_a], experts)
+        layers = max(self.model.layers - self.model.moe.first_dense_layers, 1)
+        out = []
+        for s, x, y in zip(serial, a, b, strict=True):
+            out.append(_overlapped_pass(s, x, y, layers))
+        return out
 
     def decode_token_time(self, layout: Layout, batch: StepBatch) -> StepCost:
         """The time per output token of a decode step, for a scheduler that advances each sequence
@@ -339,6 +460,22 @@ class TimingModel:
             self._estimates.clear()
         self._estimates[key] = value
         return value
+
+
+def _overlapped_pass(serial: tuple, a: tuple, b: tuple, layers: int) -> tuple:
+    """overlap.overlapped of a one-token draft pass given as (total_s, dispatch_combine, busy) for
+    its serial step and halves: (total_s, rank_busy_s, hidden_s), the same arithmetic."""
+    total_s, dc, busy = serial
+    if dc <= 0.0:
+        return (total_s, busy, {})
+    t_a, m_a, busy_a = a
+    t_b, m_b, busy_b = b
+    total = overlap_total(t_a, m_a, t_b, m_b, layers, total_s)
+    if total is None:
+        return (total_s, busy, {})
+    exposed = total - ((t_a - m_a) + (t_b - m_b))
+    both = tuple(min(x + y, total) for x, y in zip(busy_a, busy_b, strict=True))
+    return (total, both, {OVERLAPPED: m_a + m_b - exposed})
 
 
 def per_token(spec: StepCost) -> StepCost:
