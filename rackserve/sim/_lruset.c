@@ -124,6 +124,20 @@ static inline void append_entry(LruSet *s, int32_t e) {
     s->tail = e;
 }
 
+/* move the run first..last (consecutive in LRU order) to the most recent end, keeping its order: the
+   same list as moving each of its entries to the end in turn */
+static inline void splice_to_tail(LruSet *s, int32_t first, int32_t last) {
+    if (last == s->tail) return;
+    Entry *x = s->entries;
+    int32_t before = x[first].prev, after = x[last].next;
+    if (before != NIL) x[before].next = after; else s->head = after;
+    x[after].prev = before;
+    x[s->tail].next = first;
+    x[first].prev = s->tail;
+    x[last].next = NIL;
+    s->tail = last;
+}
+
 /* insert an absent key at the most recent end (slot from probe) */
 static int insert_at(LruSet *s, uint64_t slot, uint64_t k, uint8_t neg) {
     int32_t e;
@@ -293,8 +307,11 @@ static PyObject *LruSet_store(LruSet *s, PyObject *args) {
         uint64_t slot = probe(s, k, neg, &found);
         if (!found && insert_at(s, slot, k, neg) < 0) goto fail;
     }
-    /* then the held prefix touched, last first: the chain's head ends most recent */
-    for (Py_ssize_t i = held - 1; i >= 0; i--) {
+    /* then the held prefix touched, last first: the chain's head ends most recent. Touched keys that
+       already follow one another in LRU order (a chain stored before, as it was stored) move as one
+       run: found by walking the list from the run's first key, with no index probe per key */
+    Py_ssize_t i = held - 1;
+    while (i >= 0) {
         uint64_t k;
         uint8_t neg;
         int found;
@@ -304,11 +321,20 @@ static PyObject *LruSet_store(LruSet *s, PyObject *args) {
             PyErr_SetObject(PyExc_KeyError, items[i]);
             goto fail;
         }
-        int32_t e = s->index[slot];
-        if (e != s->tail) {
-            unlink_entry(s, e);
-            append_entry(s, e);
+        int32_t first = s->index[slot], last = first;
+        Py_ssize_t j = i;
+        while (j > 0) {
+            int32_t nx = s->entries[last].next;
+            if (nx == NIL || to_key(items[j - 1], &k, &neg) < 0) {
+                PyErr_Clear();  /* a bad key ends the run; its own probe raises */
+                break;
+            }
+            if (s->entries[nx].key != k || s->entries[nx].neg != neg) break;
+            last = nx;
+            j--;
         }
+        splice_to_tail(s, first, last);
+        i = j - 1;
     }
     Py_DECREF(seq);
     Py_ssize_t excess = s->size - capacity;
