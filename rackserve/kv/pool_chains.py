@@ -133,9 +133,10 @@ class PoolChains:
     def link_chain(self, first_parent: int | None, chain: list[int]) -> None:
         """Record a committed chain's links: chain[0] under `first_parent` (None: a root), each
         later hash under the one before it (new parents: one child each, in one C-level update)."""
-        if first_parent is not None:
-            self._link(first_parent, chain[0])
-        self._child.update(zip(chain[:-1], chain[1:], strict=True))
+        child = self._child
+        if first_parent is not None and child.setdefault(first_parent, chain[0]) != chain[0]:  # _link
+            self._siblings.setdefault(first_parent, set()).add(chain[0])
+        child.update(zip(chain[:-1], chain[1:], strict=True))
 
     def _unlink(self, parent: int, child: int) -> None:
         """Forget `child` as a stored child of `parent`."""
@@ -203,17 +204,23 @@ class PoolChains:
         root to chain[0]'s parent, or found by walking up from chain[0] when None (logged)."""
         more = None if ancestors is None else tuple(ancestors)
         keys = tuple(chain)
-        self._log_path([_COMMIT, keys, more, None], keys, more)
+        # marks are on stored blocks (a detach replays the log first, which forgets them), and a
+        # commit's chain was not stored before it: only its ancestors can bear marks
+        self._log_path([_COMMIT, keys, more, None], keys, more, (more,) if more else ())
 
-    def _log_path(self, entry: list, keys: tuple[int, ...], more: tuple[int, ...] | None) -> None:
+    def _log_path(self, entry: list, keys: tuple[int, ...], more: tuple[int, ...] | None,
+                  marked: tuple[Sequence[int], ...] | None = None) -> None:
         """Log a touch of the path from the root to keys[-1], which passes through `keys` (and
         `more`, the path before them). A logged path ending on one of them is contained in it:
         dropped. One whose last block's parent is on it but not that block (the previous turn's
         prompt ended inside a block group, which this turn's prompt fills) keeps only that block:
-        the rest of it is touched again here. An entry is [kind, a, b, parent of its last block]."""
+        the rest of it is touched again here. An entry is [kind, a, b, parent of its last block].
+        `marked`: the parts of the path that may bear marks (None: `keys` and `more`)."""
         marks = self._marks
         if marks:
-            for part in (keys, more) if more else (keys,):
+            if marked is None:
+                marked = (keys, more) if more else (keys,)
+            for part in marked:
                 for h in marks.keys() & part:
                     old = marks.pop(h)
                     kind = old[0]

@@ -32,6 +32,31 @@ class _Pending:
     written: bool = False  # committed by its writer, waiting for its parent to be stored
 
 
+@dataclass(slots=True)
+class _ChainPut:
+    """A put reserved by `_reserve_chain`, pending as one record: `_pending` maps each of its hashes
+    to it (one object per put, not a StoredBlock and a _Pending per block). Until its one-pass commit
+    nothing else changes it: a general path that would change or read its blocks one by one first
+    turns it into the per-block entries `_reserve_chain` used to make (`_explode`), so everything
+    that follows is as before. Its blocks' parents but the first (each the block before it, pending
+    itself) are pinned only then: a pending block is no eviction candidate, so nothing reads those
+    pins meanwhile, and the one-pass commit would take them off again."""
+    txn: int
+    hashes: list[int]
+    sizes: list[int]
+    charges: list[int]
+    owner: str
+    tier: PoolTier
+    parent_hash: int | None  # the block before hashes[0]
+    expires_at: float
+    total: int  # sum(charges)
+
+
+def _pending_tier(pending: _Pending | _ChainPut) -> PoolTier:
+    """The tier a pending block was booked in (one entry of `_pending`)."""
+    return pending.tier if type(pending) is _ChainPut else pending.block.tier
+
+
 class PoolPut:
     limits: PoolLimits
     counters: PoolCounters
@@ -41,7 +66,7 @@ class PoolPut:
     _high: dict[PoolTier, float]
     _reserved: dict[PoolTier, int]
     _actual_used: int
-    _pending: dict[int, _Pending]
+    _pending: dict[int, _Pending | _ChainPut]
     _pinned: Counter[int]
     _waiting: dict[int, set[int]]
     _txn_of: dict[int, int]
@@ -106,25 +131,32 @@ class PoolPut:
         known and their tier below its high watermark with all of them, so `_reserve_one` would
         reserve each in the parent's tier without evicting. None: take the general path."""
         pending_of, stored = self._pending, self._chains._all
-        if not hashes or len(set(hashes)) != len(hashes) or not (
-                pending_of.keys().isdisjoint(hashes) and stored.keys().isdisjoint(hashes)):
+        if not hashes or not (pending_of.keys().isdisjoint(hashes) and stored.keys().isdisjoint(hashes)):
             return None
         first = 0
         if parent_hash is not None:
             known = pending_of.get(parent_hash)
-            parent_tier = known.block.tier if known is not None else self._chains.tier_of(parent_hash)
-            if parent_tier is None:
-                return None
+            if known is not None:
+                parent_tier = _pending_tier(known)
+            else:
+                block = stored.get(parent_hash)
+                if block is None:
+                    return None
+                parent_tier = block.tier
             first = _TIER_INDEX[parent_tier]
         tier = POOL_TIERS[first]
         total, size = sum(charges), sum(sizes)
         if (self._used[tier] + total > self._high[tier]
                 or self._actual_used + size > self.limits.high_watermark * self.limits.budget_bytes):
             return None
-        parents = [parent_hash, *hashes[:-1]]
-        self._pinned.update(parents)  # each parent stays where it is until its child commits
-        blocks = map(StoredBlock, hashes, sizes, charges, repeat(owner), repeat(tier), parents)
-        pending_of.update(zip(hashes, map(_Pending, repeat(txn), blocks, repeat(expires_at)), strict=True))
+        # the hashes are new to `_pending`: they are distinct iff it grows by all of them (no set built)
+        n, before = len(hashes), len(pending_of)
+        put = _ChainPut(txn, hashes, sizes, charges, owner, tier, parent_hash, expires_at, total)
+        pending_of.update(dict.fromkeys(hashes, put))
+        if len(pending_of) != before + n:  # a hash twice: the general path (nothing else done yet)
+            deque(map(pending_of.pop, hashes, repeat(None)), maxlen=0)
+            return None
+        self._pinned[parent_hash] += 1  # stays where it is until its child commits (the others: _ChainPut)
         self._used[tier] += total
         self._actual_used += size
         self._reserved[tier] += total
@@ -143,11 +175,11 @@ class PoolPut:
             return "exists", existing
         pending = pending_of.get(h)
         if pending is not None:
-            return "pending", pending.block.tier
+            return "pending", _pending_tier(pending)
         first = 0  # _tier_after(parent), found with the parent's is_known check
         if parent is not None:
             known = pending_of.get(parent)
-            parent_tier = known.block.tier if known is not None else chains.tier_of(parent)
+            parent_tier = _pending_tier(known) if known is not None else chains.tier_of(parent)
             if parent_tier is None:
                 return "no_space", None  # an orphan: nothing could reach it
             first = _TIER_INDEX[parent_tier]
@@ -184,6 +216,10 @@ class PoolPut:
         wanted = None if hashes is None else set(hashes)
         stored: list[int] = []
         pending_of, tier_of = self._pending, self._chains.tier_of
+        for h in booked:  # a one-pass put's record, as per-block entries (the loop below changes them)
+            put = pending_of.get(h)
+            if type(put) is _ChainPut:
+                self._explode(put)
         for h in list(booked) if wanted is None else [h for h in booked if h in wanted]:
             pending = pending_of.get(h)
             parent = pending.block.parent_hash if pending else None
@@ -211,6 +247,9 @@ class PoolPut:
         if self._waiting or not booked:
             return None
         pending_of, chains = self._pending, self._chains
+        put = pending_of.get(next(iter(booked)))
+        if type(put) is _ChainPut:
+            return self._commit_put(put, txn, booked, ancestors)
         chain = list(booked)
         items = list(map(pending_of.get, chain))
         if not all(items) or not all(map(txn.__eq__, map(_TXN, items))):  # all(): no dataclass __eq__ per item
@@ -242,6 +281,40 @@ class PoolPut:
         chains.touch_committed(chain, ancestors if ancestors and ancestors[-1] == first else None)
         del self._txns[txn]
         return tuple(chain)
+
+    def _commit_put(self, put: _ChainPut, txn: int, booked: dict[int, None],
+                    ancestors: Sequence[int]) -> tuple[int, ...] | None:
+        """`_commit_chain` of a put still pending as its record: its blocks are all pending under
+        it (nothing changes them one by one before `_explode`), one chain in one tier, and their
+        StoredBlocks are made here, as `_reserve_chain` made them before."""
+        chain, first, chains = put.hashes, put.parent_hash, self._chains
+        if put.txn != txn or len(booked) != len(chain) or (first is not None and first not in chains._all):
+            return None
+        deque(map(self._pending.__delitem__, chain), maxlen=0)
+        self._unpin(first)
+        tier = put.tier
+        blocks = list(map(StoredBlock, chain, put.sizes, put.charges, repeat(put.owner), repeat(tier),
+                          [first, *chain[:-1]]))
+        self._reserved[tier] -= put.total
+        chains._lru[tier].update(zip(reversed(chain), reversed(blocks), strict=True))
+        chains._all.update(zip(chain, blocks, strict=True))
+        chains.link_chain(first, chain)  # each parent but the first is new: one child each
+        self._outbox.emit_run(tier, chain, first)
+        self.counters.committed_blocks += len(chain)
+        booked.clear()
+        chains.touch_committed(chain, ancestors if ancestors and ancestors[-1] == first else None)
+        del self._txns[txn]
+        return tuple(chain)
+
+    def _explode(self, put: _ChainPut) -> None:
+        """Turn a one-pass put's record into the per-block entries (and the pins of its parents
+        but the first) that `_reserve_chain` made before records: every hash of it is pending
+        under it, nothing of it having changed since it was reserved."""
+        hashes = put.hashes
+        self._pinned.update(hashes[:-1])
+        blocks = map(StoredBlock, hashes, put.sizes, put.charges, repeat(put.owner), repeat(put.tier),
+                     [put.parent_hash, *hashes[:-1]])
+        self._pending.update(zip(hashes, map(_Pending, repeat(put.txn), blocks, repeat(put.expires_at)), strict=True))
 
     def _emit_stored(self, blocks: list[StoredBlock], chain: list[int]) -> None:
         """`stored` events of a committed chain: one run per stretch of blocks in one tier."""
@@ -293,6 +366,8 @@ class PoolPut:
         return tuple(released)
 
     def _take_pending(self, block_hash: int) -> _Pending:
+        if type(self._pending[block_hash]) is _ChainPut:  # its blocks one by one from now on
+            self._explode(self._pending[block_hash])
         pending = self._pending.pop(block_hash)
         parent = pending.block.parent_hash
         self._unpin(parent)

@@ -39,7 +39,7 @@ from rackserve.kv.pool_messages import (
     TierUsage,
 )
 from rackserve.kv.pool_outbox import PoolOutbox
-from rackserve.kv.pool_put import PoolPut, _Pending
+from rackserve.kv.pool_put import PoolPut, _ChainPut, _Pending, _pending_tier
 
 __all__ = ["POOL_PUBLISHER", "POOL_TIERS", "BlockPut", "Lookup", "PoolCounters", "PoolLimits",
            "PoolPrefix", "PoolTier", "PoolTiers", "PutStatus", "Reservation", "TierUsage"]
@@ -63,7 +63,7 @@ class PoolTiers(PoolPut):
         self._high = {t: limits.high_watermark * limits.capacity(t) for t in POOL_TIERS}
         self._reserved = dict.fromkeys(POOL_TIERS, 0)
         self._actual_used = 0  # actual bytes, committed + reserved
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, _Pending | _ChainPut] = {}
         self._pinned: Counter[int] = Counter()  # stored parents of reserved blocks: kept in place
         self._waiting: dict[int, set[int]] = {}  # reserved parent -> written children waiting on it
         self._txn_of: dict[int, int] = {}  # stored in this commit call -> its reservation
@@ -75,10 +75,11 @@ class PoolTiers(PoolPut):
     # ---- queries -------------------------------------------------------------------------
     def is_known(self, block_hash: int) -> bool:
         """Stored or reserved by someone (its bytes in Redis must not be deleted)."""
-        return block_hash in self._pending or self.tier_of(block_hash) is not None
+        return block_hash in self._pending or block_hash in self._chains._all
 
     def tier_of(self, block_hash: int) -> PoolTier | None:
-        return self._chains.tier_of(block_hash)
+        block = self._chains._all.get(block_hash)  # PoolChains.tier_of, one call fewer (the simulator's many)
+        return None if block is None else block.tier
 
     def stored_among(self, hashes: Sequence[int]) -> set[int]:
         """The hashes that are stored (any tier), in one C-level pass."""
@@ -230,7 +231,7 @@ class PoolTiers(PoolPut):
         if parent is None:
             return 0
         pending = self._pending.get(parent)
-        tier = pending.block.tier if pending is not None else self.tier_of(parent)
+        tier = _pending_tier(pending) if pending is not None else self.tier_of(parent)
         return POOL_TIERS.index(tier) if tier is not None else 0
 
     def _allocate(self, charge: int, size: int, first: int = 0) -> PoolTier | None:

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from rackserve.kv import pool_chains
-from rackserve.kv.pool_tiers import BlockPut, PoolTiers
+from rackserve.kv.pool_tiers import BlockPut, PoolLimits, PoolTiers
 from rackserve.sim.kv import pool_limits
 
 
@@ -211,3 +211,124 @@ def test_lazy_order_keeps_only_the_tail_of_a_path_a_later_turn_refills() -> None
     assert len(live) == 4 * 5 and len(singles) == 4 * 4  # last commits, and every earlier tail alone
     assert sorted(e[1] for e in singles) == sorted(c * 1000 + 10 * t + 2 for c in range(4) for t in range(4))
     assert pools[0].lru_order("pool_hbm") == pools[1].lru_order("pool_hbm")
+
+
+def _mixed_trace(pool: PoolTiers, seed: int, steps: int = 1200) -> list:
+    """Every call of the pool, at random, on overlapping chains: puts by `reserve` and `reserve_chain`
+    (some with a hash twice, some re-offering pending or stored blocks, some under a pending parent),
+    commits whole, in parts, late or never (abort, expiry), leases, removals and every query; each
+    step's results and the pool's state (orders, pins, pending) are recorded. A put the one-pass path
+    keeps as one record must behave, under each of these calls, as its per-block entries did."""
+    rng = random.Random(seed)
+    chains: list[list[int]] = [[] for _ in range(12)]
+    next_hash, txns, leases, out = 1, [], [], []
+    now = 0.0
+    for _ in range(steps):
+        now += rng.choice([0.0, 0.02, 0.05, 0.3])
+        chain = chains[rng.randrange(len(chains))]
+        op = rng.random()
+        if op < 0.35:  # a put
+            if rng.random() < 0.04 or (chain and not pool.is_known(chain[-1]) and rng.random() < 0.8):
+                chain.clear()  # a new conversation (mostly once this one's last put was lost)
+            new = list(range(next_hash, next_hash + rng.randint(1, 8)))
+            next_hash += len(new)
+            start = rng.choice([len(chain), len(chain), len(chain), max(0, len(chain) - rng.randint(1, 4))])
+            put = chain[start:] + new
+            if rng.random() < 0.05:
+                put.append(put[0])  # a hash twice: the general path
+            chain.extend(new)
+            parent = chain[start - 1] if start else None
+            if rng.random() < 0.5:
+                res = pool.reserve_chain(put, 1000, rng.choice([300, 1000]), "r", now, parent_hash=parent)
+            else:
+                res = pool.reserve([BlockPut(h, rng.choice([1000, 1500]), rng.choice([0, 800])) for h in put],
+                                   "w", now, parent_hash=parent)
+            out.append((res.txn, res.statuses, res.tiers, res.expires_at))
+            txns.append((res.txn, put))
+        elif op < 0.65:
+            if not txns:
+                continue  # a commit: whole, in parts, of a random earlier put
+            txn, put = txns.pop(rng.randrange(len(txns))) if rng.random() < 0.4 else txns.pop()
+            kind = rng.random()
+            if kind < 0.2:
+                part = [h for h in put if rng.random() < 0.5]
+                out.append(pool.commit(txn, now, hashes=part))
+                txns.append((txn, put))  # the rest, later
+            elif kind < 0.3:
+                out.append(pool.abort(txn))
+            else:
+                idx = next((i for i, c in enumerate(chains) if put and put[0] in c), None)
+                ancestors = ()
+                if idx is not None and rng.random() < 0.5:
+                    c = chains[idx]
+                    ancestors = tuple(c[:c.index(put[0])])
+                out.append(pool.commit(txn, now, ancestors=ancestors))
+        elif op < 0.75:
+            probe = chain[: rng.randint(0, len(chain))]
+            end = pool.stored_prefix(probe, now)[0]
+            out.append(("prefix", end, pool.held_prefix(probe), pool.match_prefix(probe, now)))
+            if end:
+                pool.lookup_prefix(probe, end, now)
+        elif not chain:
+            continue
+        elif op < 0.82:
+            look = pool.lookup(rng.sample(chain, min(3, len(chain))), now, lease=rng.random() < 0.5)
+            out.append(look)
+            if look.lease_id:
+                leases.append(look.lease_id)
+        elif op < 0.86:
+            held = pool.hold(chain[-3:], now)
+            out.append(held)
+            if held.lease_id:
+                leases.append(held.lease_id)
+        elif op < 0.9:
+            if leases:
+                out.append(pool.release(leases.pop(rng.randrange(len(leases)))))
+        elif op < 0.93:
+            out.append(pool.remove([rng.choice(chain)]))
+        elif op < 0.932:
+            out.append(pool.clear())
+        else:
+            out.append(("q", [pool.is_known(h) for h in chain], pool.unknown(chain),
+                        [pool.tier_of(h) for h in chain], sorted(pool.stored_among(chain))))
+        out.append(pool.drain())
+        out.append((pool.forgotten, pool.actual_bytes, pool.usage("pool_hbm"), pool.usage("pool_dram")))
+        if rng.random() < 0.1:  # the state behind: orders, pins, what is pending (as per-block entries)
+            out.append((pool.lru_order("pool_hbm"), pool.lru_order("pool_dram"), sorted(pool._txns),
+                        {h: pool._tier_after(h) for h in pool._pending}))  # a pending block's tier
+    out.append((pool.lru_order("pool_hbm"), pool.lru_order("pool_dram"), pool.counters, pool.forgotten))
+    for txn, _ in txns:  # every put left commits: no pin or entry may be left over
+        out.append(pool.commit(txn, now + 1.0))
+    out.append((pool.drain(), {k: v for k, v in pool._pinned.items() if v}, pool._waiting, pool._pending))
+    out.append(pool.counters)
+    return out
+
+
+def _slow(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(PoolTiers, "_reserve_chain", lambda self, *a: None)
+    monkeypatch.setattr(PoolTiers, "_commit_chain", lambda self, *a: None)
+
+
+@pytest.mark.parametrize(("hbm", "dram", "lease_s", "charge"),
+                         [(60_000, 180_000, 3.0, 0), (40_000, 0, 1e9, 0), (10**9, 10**9, 2.0, 700),
+                          (80_000, 120_000, 1e9, 900)])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_one_record_per_put_equals_per_block_entries(hbm: int, dram: int, lease_s: float, charge: int, seed: int,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-pass put keeps its blocks pending as one record until its one-pass commit; every other
+    call on them (a part commit, an abort, an expiry, a put of the same blocks or of their children, a
+    commit that must wait) works on per-block entries made from it. The same random calls give the
+    same results and states as the general path alone, lazily and eagerly ordered."""
+    limits = PoolLimits(hbm, dram, budget_bytes=max(hbm + dram, 1) * 2, lease_s=lease_s, block_charge_bytes=charge)
+    fast = _mixed_trace(PoolTiers(limits), seed)
+    eager = _mixed_trace(_with_chains(limits, False), seed)
+    small_log = _mixed_trace(_with_chains(limits, True, 3), seed)
+    _slow(monkeypatch)
+    slow = _mixed_trace(PoolTiers(limits), seed)
+    assert fast == slow
+    assert eager == slow
+    assert small_log == slow
+    counters = slow[-1]
+    assert counters.puts > 100 and counters.committed_blocks > 100
+    assert counters.evictions["pool_hbm"] > 0 or hbm == 10**9
+    assert counters.reservation_expiries > 0 or lease_s > 100
