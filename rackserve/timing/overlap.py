@@ -33,16 +33,13 @@ def split_in_two(batch: StepBatch) -> tuple[StepBatch, StepBatch] | None:
 
 
 def _split(batch: StepBatch) -> tuple[StepBatch, StepBatch] | None:
-    made: dict[int, tuple[RankBatch, RankBatch]] = {}  # ranks that share one batch share its halves
-    halves = []
-    for rb in batch.ranks:
-        h = made.get(id(rb))
-        if h is None:
-            h = made[id(rb)] = _split_rank(rb)
-        halves.append(h)
-    a = tuple(h[0] for h in halves)
-    b = tuple(h[1] for h in halves)
-    if not any(rb.num_seqs for rb in b):
+    ranks = batch.ranks
+    if not ranks:
+        return None
+    # ranks that share one batch share its halves: each distinct batch split once
+    made = {k: _split_rank(rb) for k, rb in {id(rb): rb for rb in ranks}.items()}
+    a, b = zip(*map(made.__getitem__, map(id, ranks)), strict=True)
+    if not any(h[1].new_tokens.shape[0] for h in made.values()):
         return None
     experts = None if batch.expert_tokens is None else np.asarray(batch.expert_tokens) / 2.0
     return StepBatch(a, experts), StepBatch(b, experts)

@@ -136,8 +136,7 @@ def draft_batches(batch: StepBatch, draft_tokens: int) -> list[StepBatch]:
 
 
 def _per_rank(batch: StepBatch, make) -> StepBatch:
-    made: dict[int, RankBatch] = {}  # ranks that share one batch (a memo's representative) share its copy
-    for rb in batch.ranks:
-        if id(rb) not in made:
-            made[id(rb)] = make(rb)
-    return StepBatch(tuple(made[id(rb)] for rb in batch.ranks), batch.expert_tokens)
+    ranks = batch.ranks
+    # ranks that share one batch (a memo's representative) share its copy
+    made = {k: make(rb) for k, rb in {id(rb): rb for rb in ranks}.items()}
+    return StepBatch(tuple(map(made.__getitem__, map(id, ranks))), batch.expert_tokens)

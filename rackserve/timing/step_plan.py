@@ -81,8 +81,11 @@ class StepPlan:
     layout: Layout
     phase: str
     groups: tuple[GroupPlan, ...]
-    # decode: _decode_entry's tuple per tuple of sequences per rank
+    # decode: _decode_entry's tuple per tuple of sequences per rank; prefill: _rank_row's row per
+    # (group index, new tokens, cached tokens) of a rank
     memo: dict = field(default_factory=dict, compare=False, repr=False)
+    bundles: dict = field(default_factory=dict, compare=False, repr=False)  # _finish's token bundles
+    row_stack: RowStack | None = field(default=None, compare=False, repr=False)  # prefill: _rank_rows'
 
 
 def build_plan(ctx: CostContext, lay: Layout, phase: str) -> StepPlan:
@@ -94,7 +97,8 @@ def build_plan(ctx: CostContext, lay: Layout, phase: str) -> StepPlan:
         if gi == 1 and (phase == "decode" or ctx.model.prefill.full_layers >= ctx.model.layers):
             continue
         groups.append(_group_plan(ctx, lay, phase, gi))
-    return StepPlan(lay, phase, tuple(groups))
+    stack = _row_stack(tuple(groups)) if phase == "prefill" and groups else None
+    return StepPlan(lay, phase, tuple(groups), row_stack=stack)
 
 
 def _group_plan(ctx: CostContext, lay: Layout, phase: str, gi: int) -> GroupPlan:
@@ -349,8 +353,7 @@ def fast_step_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transf
         if cost is not None:
             return cost
     if plan.phase == "prefill":
-        groups = [_prefill_group(plan, gi, gp, ranks) for gi, gp in enumerate(plan.groups)]
-        return _finish(ctx, plan, batch, groups, kv_transfer)
+        return _finish(ctx, plan, batch, _prefill_groups(plan, ranks), kv_transfer)
     # not the single-token decode form: general sums over each sequence's positions, per group
     return general_cost(ctx, plan, batch, Prepared(ranks), kv_transfer)
 
@@ -481,27 +484,125 @@ def prepared_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, prep: Prep
     return general_cost(ctx, plan, batch, prep, kv_transfer)
 
 
-def _prefill_group(plan: StepPlan, gi: int, gp: GroupPlan, ranks) -> _Group:
-    """A prefill step's layer group from its ranks' feature sums, each rank's memoized on its own
-    batch: a prefill rank holds a few sequences and its signatures repeat, while the pair of two
-    DEP2 ranks' signatures that keys the step memo mostly does not."""
-    rows = []
-    for rb in ranks:
-        key = (gi, rb.new_tokens.tobytes(), rb.cached_tokens.tobytes())
-        row = plan.memo.get(key)
-        if row is None:
-            row = _rank_row(gp, rb)
-            if len(plan.memo) > MEMO_LIMIT:
-                plan.memo.clear()
-            plan.memo[key] = row
-        rows.append(row)
-    r = np.concatenate(rows).reshape(len(rows), -1)  # [R, 2 + 4 + 2]: kv times, compute/memory times, tokens, seqs
-    return _Group(gp, r[:, :2], None, None, r[:, 6], r[:, 7], r[:, 2:6])
+def _prefill_groups(plan: StepPlan, ranks) -> list[_Group]:
+    """A prefill step's layer groups from its ranks' rows (_rank_row), each rank's memoized on its
+    own batch: a prefill rank holds a few sequences and its signatures repeat, while the pair of
+    two DEP2 ranks' signatures that keys the step memo mostly does not. The rows not memoized are
+    computed together (prefill_rows)."""
+    keys = [(rb.new_tokens.tobytes(), rb.cached_tokens.tobytes()) for rb in ranks]
+    memo = plan.memo
+    fresh = None
+    out = []
+    for gi, gp in enumerate(plan.groups):
+        rows = []
+        for k in keys:
+            key = (gi, *k)
+            row = memo.get(key)
+            if row is None:
+                row = None if fresh is None else fresh.get(key)
+                if row is None:  # (again where the memo was cleared for the fresh rows)
+                    fresh = prefill_rows(plan, [ranks])
+                    row = fresh[key]
+            rows.append(row)
+        r = np.concatenate(rows).reshape(len(rows), -1)  # [R, 2 + 4 + 2]: kv times, compute/memory times, tokens, seqs
+        out.append(_Group(gp, r[:, :2], None, None, r[:, 6], r[:, 7], r[:, 2:6]))
+    return out
+
+
+def prefill_rows(plan: StepPlan, rank_lists) -> dict:
+    """The rows of every (layer group, rank) of `rank_lists` (lists of RankBatch: a prefill step's
+    ranks, its halves') that the plan's memo lacks, computed together (_rank_rows) and memoized:
+    {memo key: row}."""
+    memo = plan.memo
+    todo: dict = {}
+    for ranks in rank_lists:
+        for rb in ranks:
+            k = (rb.new_tokens.tobytes(), rb.cached_tokens.tobytes())
+            for gi in range(len(plan.groups)):
+                key = (gi, *k)
+                if key not in memo and key not in todo:
+                    todo[key] = (gi, rb)
+    if not todo:
+        return todo
+    fresh = dict(zip(todo, _rank_rows(plan, list(todo.values())), strict=True))
+    if len(memo) + len(fresh) > MEMO_LIMIT:
+        memo.clear()
+    memo.update(fresh)
+    return fresh
+
+
+@dataclass(frozen=True)
+class RowStack:
+    """A prefill plan's layer groups side by side, for _rank_rows: their general maps [G, F, 4C]
+    and weights [G, 2C, 2], and each group's query cap (its tail, inf for the all-token group)."""
+
+    maps: np.ndarray
+    weights: np.ndarray
+    caps: np.ndarray
+    tails: bool
+
+
+def _row_stack(groups: tuple[GroupPlan, ...]) -> RowStack | None:
+    """The RowStack of a plan's groups, or None where they differ in more than their maps, weights
+    and tails (then _rank_rows takes them one by one; not so for a model of this repository:
+    the groups of one phase share window, indexer codes, overlap, launch overhead and gathers)."""
+    g0 = groups[0]
+    for g in groups[1:]:
+        if (g.window, g.indexer_ratios, g.overhead, g.has_gather) != (g0.window, g0.indexer_ratios, g0.overhead,
+                                                                      g0.has_gather) \
+                or g.general_map.shape != g0.general_map.shape or g.omo.tobytes() != g0.omo.tobytes() \
+                or g.gather.tobytes() != g0.gather.tobytes():
+            return None
+    caps = np.array([float(g.tail) if g.tail else np.inf for g in groups])
+    return RowStack(np.stack([g.general_map for g in groups]), np.stack([g.weights for g in groups]), caps,
+                    bool(np.isfinite(caps).any()))
+
+
+_ZERO = np.zeros(1, dtype=np.int64)
+
+
+def _rank_rows(plan: StepPlan, items: list) -> np.ndarray:
+    """_rank_row of each (group index, rank batch) of `items`, bit for bit, as rows [len(items), 8]:
+    the context feature sums of all in one _general_features call (each rank's sequences followed
+    by the zero column it has alone, its segment summed alone), the matrix products row by row (a
+    stack of [1, F] rows times a stack of matrices: one BLAS vector-matrix product each, as alone;
+    a product of more rows may round differently), the element-wise operations on all at once."""
+    stack = plan.row_stack
+    if stack is None:
+        return np.stack([_rank_row(plan.groups[gi], rb) for gi, rb in items])
+    gp0 = plan.groups[0]
+    news, ends, gis, sizes = [], [], [], []
+    for gi, rb in items:
+        new = rb.new_tokens
+        news += (new, _ZERO)
+        ends += (rb.cached_tokens + new, _ZERO)
+        sizes.append(new.shape[0])
+        gis.append(gi)
+    q = np.concatenate(news[:-1]).astype(np.float64)
+    end = np.concatenate(ends[:-1]).astype(np.float64)
+    sizes_a = np.array(sizes, dtype=np.intp)
+    gidx = np.array(gis, dtype=np.intp)
+    starts = np.cumsum(sizes_a + 1) - (sizes_a + 1)
+    if stack.tails:  # min(q, tail) in tail groups (min(q, inf) == q elsewhere)
+        q = np.minimum(q, np.repeat(stack.caps[gidx], sizes_a + 1)[:-1])
+    zeros = (starts + sizes_a)[:-1].tolist()  # each rank's zero column but the last (implicit)
+    f = _general_features(gp0, q, end, starts, sizes_a > 0, zeros)  # [F_g + 2, M]
+    m = len(items)
+    x = np.matmul(np.ascontiguousarray(f[:-2].T).reshape(m, 1, -1), stack.maps[gidx])  # [M, 1, 4C]
+    half = x.shape[2] // 2
+    tc, tm = x[:, :, :half], x[:, :, half:]
+    t = np.maximum(tc, tm) + gp0.omo * np.minimum(tc, tm) + gp0.overhead * (tm > 0)
+    if gp0.has_gather:
+        t = t + (f[-1] > 0)[:, None, None] * gp0.gather
+    w = stack.weights[gidx]
+    return np.concatenate((np.matmul(t, w), np.matmul(tc, w), np.matmul(tm, w), f[-2:].T[:, None, :]),
+                          axis=2).reshape(m, 8)
 
 
 def _rank_row(gp: GroupPlan, rb) -> np.ndarray:
     """One prefill rank's part of its layer group (the kv times are per rank): (attention, indexer)
-    times, their compute and memory times, tokens and sequences, as one row."""
+    times, their compute and memory times, tokens and sequences, as one row. The readable form of
+    _rank_rows (its reference in the tests; its fallback where a plan's groups do not stack)."""
     col = _rank_features(gp, rb)[:, None]
     kv, tc, tm = _kv_times(gp, col[:-2], gp.general_map, col[-1])
     w = gp.weights
@@ -523,22 +624,40 @@ _START = np.zeros(1, dtype=np.intp)
 def _finish(ctx: CostContext, plan: StepPlan, batch: StepBatch, groups: list, kv_transfer,
             pooled: bool | None = None) -> StepCost:
     """The token-count bundles of a general step's layer groups, its pool transfers, and the cost
-    (`pooled`: whether some rank fetches pool tokens, when the caller knows)."""
-    lay, ranks = plan.layout, batch.ranks
-    tokens_full = groups[0].tokens
-    lg = ctx.groups[plan.phase]
-    bundles = [
-        token_bundle(
-            ctx, lay, plan.phase, lg, g.gp.gi, g.tokens, g.seqs, tokens_full, batch.expert_tokens
-        )
-        for g in groups
-    ]
+    (`pooled`: whether some rank fetches pool tokens, when the caller knows). The bundles are
+    token_bundle's, looked up first in the plan's own memo (keyed as token_bundle keys them, less
+    the plan's phase and layout)."""
+    ranks = batch.ranks
+    if batch.expert_tokens is None:
+        bundles = []
+        memo = plan.bundles
+        for g in groups:
+            gi = g.gp.gi
+            key = (gi, g.tokens.tobytes(), g.seqs.tobytes()) if gi == 0 and plan.phase == "prefill" else \
+                (gi, g.tokens.tobytes())
+            bundle = memo.get(key)
+            if bundle is None:
+                bundle = token_bundle(ctx, plan.layout, plan.phase, ctx.groups[plan.phase], gi, g.tokens, g.seqs,
+                                      groups[0].tokens, None)
+                if len(memo) > MEMO_LIMIT:
+                    memo.clear()
+                memo[key] = bundle
+            bundles.append(bundle)
+    else:
+        tokens_full = groups[0].tokens
+        lg = ctx.groups[plan.phase]
+        bundles = [
+            token_bundle(ctx, plan.layout, plan.phase, lg, g.gp.gi, g.tokens, g.seqs, tokens_full, batch.expert_tokens)
+            for g in groups
+        ]
     transfer = None
     if pooled is None:
         pooled = any(map(_HBM, ranks)) or any(map(_DRAM, ranks))
     if pooled:
         transfer = _pool_transfer(ranks, kv_transfer)
-    return _assemble(groups, bundles, transfer, lay)
+    if len(groups) == 1:
+        return _assemble_one(groups[0], bundles[0], transfer, plan.layout)
+    return _assemble(groups, bundles, transfer, plan.layout)
 
 
 def _distinct(ranks) -> tuple[list, np.ndarray | None]:
@@ -729,6 +848,42 @@ def decode_passes(ctx: CostContext, plan: StepPlan, lens: list[int], cached: np.
     for total, dc, b in zip(totals, dcs, busy.tolist(), strict=True):
         out.append((0.0, 0.0, zero) if total is None else (total, dc, tuple(b)))
     return out
+
+
+def _assemble_one(g: _Group, bundle: Bundle, transfer, lay: Layout) -> StepCost:
+    """_assemble of a step of one layer group (decode): the same operations, fewer of them."""
+    kv = g.kv
+    attn = kv[:, 0] + kv[:, 1]
+    if transfer is not None:
+        attn = attn + transfer
+    attn = attn + bundle.attn_total
+    moe = bundle.moe_total
+    ra = int(attn.argmax())
+    if attn[ra] <= 0 and moe.max() <= 0:
+        return StepCost(0.0, {}, (0.0,) * lay.dp, {})
+    a_t, i_t = kv[ra].tolist()
+    a_c, i_c, a_m, i_m = g.cm_list(ra)
+    values, labels = bundle.rank_tail(ra)
+    if transfer is None:
+        if g.gp.has_indexer:
+            breakdown = {"attention": a_t, "indexer": i_t, **values}
+            bound = {"attention": "compute" if a_c > a_m else "memory", "indexer": "compute" if i_c > i_m else "memory",
+                     **labels}
+        else:
+            breakdown = {"attention": a_t, **values}
+            bound = {"attention": "compute" if a_c > a_m else "memory", **labels}
+    else:
+        breakdown = {"attention": a_t}
+        bound = {"attention": "compute" if a_c > a_m else "memory"}
+        if g.gp.has_indexer:
+            breakdown["indexer"] = i_t
+            bound["indexer"] = "compute" if i_c > i_m else "memory"
+        breakdown["kv_transfer"] = float(transfer[ra])
+        bound["kv_transfer"] = "comm"
+        breakdown.update(values)
+        bound.update(labels)
+    total = sum(breakdown.values())
+    return StepCost(total, breakdown, tuple(np.minimum(attn + moe, total).tolist()), bound)
 
 
 def _assemble(groups, bundles: list[Bundle], transfer, lay: Layout) -> StepCost:

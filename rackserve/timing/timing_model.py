@@ -28,6 +28,7 @@ from rackserve.timing.step_plan import (
     fast_step_cost,
     features_together,
     general_costs,
+    prefill_rows,
     prepared_cost,
 )
 
@@ -79,6 +80,7 @@ class TimingModel:
         self._ctx = CostContext.build(hardware, model, self.optimizations, engram_placement)
         self._layouts: dict[tuple[str, int | None], Layout] = {}
         self._estimates: dict[tuple[str, int, int], float] = {}
+        self._estimate_bases: dict[Layout, float] = {}  # prefill_estimate_s' reference step per layout
         self._plans: dict[tuple[Layout, str], StepPlan] = {}
         self._plans_by_id: dict[tuple[int, str], tuple[Layout, StepPlan]] = {}
 
@@ -154,6 +156,10 @@ class TimingModel:
         """Simulated duration of one lockstep step of `layout` computing `batch`, with breakdown.
         The fast path (step_plan.py): per-(layout, phase) constants precomputed once. With
         two-batch-overlap on an EP layout, the faster of the serial and the overlapped step."""
+        if phase == "prefill" and self._overlaps(layout) and len(batch.ranks) == layout.dp:
+            # the rank rows of the step and of its halves, computed together (their memo)
+            halves = split_in_two(batch)
+            prefill_rows(self._plan(layout, phase), [batch.ranks] + ([] if halves is None else [h.ranks for h in halves]))
         return self._overlap(phase, layout, batch, self._fast)
 
     def _fast(self, phase: str, layout: Layout, batch: StepBatch) -> StepCost:
@@ -451,7 +457,9 @@ class TimingModel:
             return hit
         ref = RankBatch.of([self.reference_chunk_tokens])
         with_prompt = RankBatch.of([self.reference_chunk_tokens, new_tokens], [0, cached_tokens])
-        base = self.step_time("prefill", layout, StepBatch((ref,) * layout.dp)).total_s
+        base = self._estimate_bases.get(layout)
+        if base is None:  # the reference step: one per layout
+            base = self._estimate_bases[layout] = self.step_time("prefill", layout, StepBatch((ref,) * layout.dp)).total_s
         more = self.step_time(
             "prefill", layout, StepBatch((with_prompt,) + (ref,) * (layout.dp - 1))
         ).total_s
