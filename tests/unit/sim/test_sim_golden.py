@@ -42,6 +42,9 @@ from pathlib import Path
 
 import pytest
 
+from rackserve.routing.index import PrefixIndex
+from rackserve.sim import kv as sim_kv
+from rackserve.sim.lru_set import PyLruSet, py_prefixes
 from rackserve.sim.run import run_policies, timing_for
 from rackserve.sim.scenario import Scenario, scenario_from_dict
 
@@ -118,6 +121,20 @@ def timing():
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_results_equal_the_golden_run(name, timing):
+    want = json.loads((GOLDEN / f"{name}.json").read_text())
+    got = json.loads(json.dumps(figures(name, timing)))
+    diffs = _diffs(got, want, name)
+    assert not diffs, f"{len(diffs)} figures changed:\n" + "\n".join(diffs[:30])
+
+
+@pytest.mark.parametrize("name", ["mooncake", "agentx"])
+def test_the_python_twin_of_the_c_lru_set_gives_the_golden_results(name, timing, monkeypatch):
+    """Where no C compiler built rackserve/sim/_lruset.c, rank caches run on lru_set.PyLruSet (and
+    py_prefixes): the same figures as the golden run (both scenarios evict from rank caches)."""
+    monkeypatch.setattr(sim_kv, "LruSet", PyLruSet)
+    monkeypatch.setattr(sim_kv, "prefixes", py_prefixes)
+    kv = sim_kv.ClusterKV({("i", 0): 4}, sim_kv.pool_limits(0, 0, 0.9, 0.8), 64, 1, PrefixIndex())
+    assert type(kv.caches[("i", 0)].lru) is PyLruSet
     want = json.loads((GOLDEN / f"{name}.json").read_text())
     got = json.loads(json.dumps(figures(name, timing)))
     diffs = _diffs(got, want, name)
