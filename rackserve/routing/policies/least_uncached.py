@@ -75,17 +75,38 @@ class LeastUncachedWork:
         pick: RankState | None = None
         score = 0.0
         work = UncachedWork(self._cost, match, request.prompt_tokens)
+        balance = self._balance
+        # per request over every prefill rank: the builtins min/max written out (the same values:
+        # max(0.0, x) is x only where x > 0.0, min(a, b) is b only where b < a, and the first of
+        # equal load orders stays the coldest)
         for ranks in cluster.prefill_instances().values():  # unhealthy ranks too: lockstep siblings
-            busiest = max(r.queued_work_s for r in ranks) if self._balance and len(ranks) > 1 else None
-            healthy = [r for r in ranks if r.healthy]
-            coldest = min((r for r in healthy if r.key not in in_hbm), key=_load_order, default=None)
-            for rank in healthy:
-                if rank is not coldest and rank.key not in in_hbm:
+            busiest = None
+            if balance and len(ranks) > 1:
+                for r in ranks:
+                    q = r.queued_work_s
+                    if busiest is None or q > busiest:
+                        busiest = q
+            coldest = None
+            cold_order = None
+            for r in ranks:
+                if r.healthy and r.key not in in_hbm:
+                    order = r.load_order
+                    if coldest is None or order < cold_order:
+                        coldest, cold_order = r, order
+            for rank in ranks:
+                if not rank.healthy or (rank is not coldest and rank.key not in in_hbm):
                     continue
-                done = rank.queued_work_s + work(rank.layout, in_hbm.get(rank.key, 0), rank.instance)
+                q = rank.queued_work_s
+                done = q + work(rank.layout, in_hbm.get(rank.key, 0), rank.instance)
                 if busiest is not None:  # + the siblings' idle, + the stall behind their step in progress
-                    stall = min(busiest - rank.queued_work_s, self._full_step_s(rank.layout))
-                    priced = done + max(0.0, done - busiest) + max(0.0, stall)
+                    stall = busiest - q
+                    full = self._full.get(rank.layout)
+                    if full is None:
+                        full = self._full_step_s(rank.layout)
+                    if full < stall:
+                        stall = full
+                    over = done - busiest
+                    priced = done + (over if over > 0.0 else 0.0) + (stall if stall > 0.0 else 0.0)
                 else:
                     priced = done
                 key = (priced, rank.load_order)
@@ -137,7 +158,3 @@ class UncachedWork:
             hit = self.match.tokens(hbm, instance)
             work = self.seen[key] = uncached_work_s(self.cost, layout, hit, self.prompt_tokens)
         return work
-
-
-def _load_order(rank: RankState) -> tuple[float, int, int, RankId]:
-    return rank.load_order
