@@ -30,14 +30,14 @@ def regret_s(cost: CostModel, request: RequestView, ranks: Iterable[RankState], 
     hindsight `match`; `chosen_hit` replaces the chosen rank's hit by what it delivered."""
     best = float("inf")
     mine = None
-    work = UncachedWork(cost, match, request.prompt_tokens)
-    for rank in ranks:
-        if rank.key == chosen and chosen_hit is not None:
+    ranks = list(ranks)
+    costs = UncachedWork(cost, match, request.prompt_tokens).finish_s(ranks, chosen if chosen_hit is not None else None)
+    for rank, c in zip(ranks, costs, strict=True):
+        if c is None:  # the chosen rank, priced with what it delivered
             hit = (chosen_hit.rank_hbm, chosen_hit.pool_hbm, chosen_hit.pool_dram)
             c = target_cost_s(cost, rank, hit, request.prompt_tokens)
-        else:
-            c = rank.queued_work_s + work(rank.layout, match.hbm_blocks(rank.key), rank.instance)
-        best = min(best, c)
+        if c < best:  # min(best, c)
+            best = c
         if rank.key == chosen:
             mine = c
     if mine is None:

@@ -158,3 +158,20 @@ class UncachedWork:
             hit = self.match.tokens(hbm, instance)
             work = self.seen[key] = uncached_work_s(self.cost, layout, hit, self.prompt_tokens)
         return work
+
+    def finish_s(self, ranks: list[RankState], skip: RankId | None = None) -> list[float | None]:
+        """Per rank, queued_work_s + this request's work there with its HBM blocks of the match
+        (None for the rank `skip`): the loop of regret, with the memo read in place."""
+        seen, blocks, scoped = self.seen, self.match.rank_blocks, self.scoped
+        out: list[float | None] = []
+        for rank in ranks:
+            key = rank.key
+            if key == skip:
+                out.append(None)
+                continue
+            hbm = blocks.get(key, 0)
+            work = seen.get((rank.layout, hbm, rank.instance if scoped else None))
+            if work is None:
+                work = self(rank.layout, hbm, rank.instance)
+            out.append(rank.queued_work_s + work)
+        return out
