@@ -240,24 +240,7 @@ class TimingModel:
             return verify
         passes = [self._draft_model().step_time("decode", layout, b)
                   for b in draft_batches(batch, self.speculation.draft_tokens)]  # fmt: skip
-        draft_s = sum(p.total_s for p in passes)
-        first = passes[0]
-        breakdown = {**verify.breakdown, "mtp_draft": draft_s}
-        dominant = max(first.breakdown, key=first.breakdown.get) if first.breakdown else ""
-        bound = {**verify.bound, "mtp_draft": first.bound.get(dominant, "memory")}
-        busy = tuple(v + sum(d) for v, *d in zip(verify.rank_busy_s, *(p.rank_busy_s for p in passes), strict=True))
-        hidden = dict(verify.hidden_s)
-        for p in passes:
-            for k, v in p.hidden_s.items():
-                hidden[k] = hidden.get(k, 0.0) + v
-        return StepCost(
-            verify.total_s + draft_s,
-            breakdown,
-            busy,
-            bound,
-            hidden,
-            self.speculation.expected_accepted_tokens,
-        )
+        return self._speculative_cost(verify, passes[0], [(p.total_s, p.rank_busy_s, p.hidden_s) for p in passes[1:]])
 
     def _draft_model(self) -> TimingModel:
         if self._draft is None:
@@ -269,7 +252,7 @@ class TimingModel:
 
     def _speculative_cost(self, verify: StepCost, first: StepCost, rest: list[tuple]) -> StepCost:
         """The speculative step from its verify pass, its first draft pass and the (total_s,
-        rank_busy_s, hidden_s) of each later draft pass: speculative_step_time_by_passes' sums."""
+        rank_busy_s, hidden_s) of each later draft pass: the verify pass plus the draft passes."""
         passes = [(first.total_s, first.rank_busy_s, first.hidden_s), *rest]
         draft_s = sum(p[0] for p in passes)
         breakdown = {**verify.breakdown, "mtp_draft": draft_s}

@@ -11,23 +11,12 @@ import pytest
 from rackserve.sim.step_cache import _decode_representative, _mixed_representative, _representative
 from rackserve.timing import RankBatch, StepBatch, TimingModel, overlap
 from rackserve.timing import step_plan as sp
+from tests.unit.timing.cost_bits import cost_bits as _bits
 
 MODELS = (("vr200", "deepseek-v4.1-flash"), ("h200", "deepseek-v3"), ("gb200", "deepseek-v4-flash"))
 LAYOUTS = (("dep2", None), ("tp8", None), ("wide-ep", 8), ("wide-ep", 16))
 
 
-def _bits(cost) -> tuple:
-    """Every field of a StepCost, floats as their exact hex (so -0.0 != 0.0), dicts in order."""
-    if isinstance(cost, float):
-        return cost.hex()
-    return (
-        cost.total_s.hex(),
-        [(k, float(v).hex()) for k, v in cost.breakdown.items()],
-        [float(b).hex() for b in cost.rank_busy_s],
-        list(cost.bound.items()),
-        [(k, float(v).hex()) for k, v in cost.hidden_s.items()],
-        float(cost.accepted_tokens).hex(),
-    )
 
 
 def _rank(rng, kind: int) -> RankBatch:

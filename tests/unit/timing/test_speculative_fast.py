@@ -19,20 +19,11 @@ from rackserve.timing import step_plan as sp
 from rackserve.timing.optimizations import parse_optimizations
 from rackserve.timing.spec import load_hardware, load_model, parse_model
 from rackserve.timing.speculative import settled_batch, verify_batch
+from tests.unit.timing.cost_bits import cost_bits as _bits
 
 LAYOUTS = (("wide-ep", 48), ("wide-ep", 16), ("wide-ep", 8), ("wide-ep", 2), ("tp8", None), ("dep2", None))
 
 
-def _bits(cost) -> tuple:
-    """Every field of a StepCost, floats as their exact hex (so -0.0 != 0.0), dicts in order."""
-    return (
-        cost.total_s.hex(),
-        [(k, float(v).hex()) for k, v in cost.breakdown.items()],
-        [float(b).hex() for b in cost.rank_busy_s],
-        list(cost.bound.items()),
-        [(k, float(v).hex()) for k, v in cost.hidden_s.items()],
-        float(cost.accepted_tokens).hex(),
-    )
 
 
 def _pair(tm_args) -> tuple[TimingModel, TimingModel]:
