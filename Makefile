@@ -1,5 +1,5 @@
 # Two commands do all the set-up: `make up` (run the twin) and `make test` (the suite).
-# Each bootstraps .venv when it is missing or older than pyproject.toml, setup.py or the C source it builds.
+# Each bootstraps .venv when it is missing or older than pyproject.toml, setup.py or the C sources it builds.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: up test lint bench clean venv
 
-$(STAMP): pyproject.toml setup.py rackserve/sim/_lruset.c
+$(STAMP): pyproject.toml setup.py rackserve/sim/_lruset.c rackserve/workload/_blockids.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
@@ -27,4 +27,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check rackserve services tests bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache build rackserve/sim/*.so
+	rm -rf $(VENV) .pytest_cache build rackserve/sim/*.so rackserve/workload/*.so

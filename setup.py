@@ -1,11 +1,14 @@
-"""The one compiled part: the simulator's rank-cache LRU set (rackserve/sim/_lruset.c). Everything
-else about the package is in pyproject.toml. `optional`: without a C compiler the install goes on
-and rackserve/sim/lru_set.py uses its Python twin (same behaviour, slower)."""
+"""The compiled parts: the simulator's rank-cache LRU set (rackserve/sim/_lruset.c) and a replayed
+request's block ids (rackserve/workload/_blockids.c). Everything else about the package is in
+pyproject.toml. `optional`: without a C compiler the install goes on and the Python twins run
+(rackserve/sim/lru_set.py's PyLruSet, trace_blocks.py's numpy path: same results, slower)."""
 
 from setuptools import Extension, setup
 
 setup(
     ext_modules=[
         Extension("rackserve.sim._lruset", ["rackserve/sim/_lruset.c"], extra_compile_args=["-O2"], optional=True),
+        Extension("rackserve.workload._blockids", ["rackserve/workload/_blockids.c"], extra_compile_args=["-O2"],
+                  optional=True),
     ],
 )

@@ -17,6 +17,15 @@
 
 #define NIL (-1)
 
+/* a hint to start loading a cache line that will be read soon: the tables of a rack's ranks do not
+   fit the CPU's caches, so independent lookups are issued ahead and their misses overlap */
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)0)
+#endif
+#define AHEAD 8  /* keys looked ahead by a store's insert loop */
+
 typedef struct {
     uint64_t key;
     int32_t prev, next;
@@ -298,15 +307,41 @@ static PyObject *LruSet_store(LruSet *s, PyObject *args) {
         Py_DECREF(seq);
         return PyErr_Format(PyExc_ValueError, "held: must be in [0, %zd], got %zd", n, held);
     }
-    /* the keys past the held prefix, last first (an existing one keeps its place, as dict.update) */
-    for (Py_ssize_t i = n - 1; i >= held; i--) {
-        uint64_t k;
-        uint8_t neg;
-        int found;
-        if (to_key(items[i], &k, &neg) < 0) goto fail;
-        uint64_t slot = probe(s, k, neg, &found);
-        if (!found && insert_at(s, slot, k, neg) < 0) goto fail;
+    /* the keys past the held prefix, last first (an existing one keeps its place, as dict.update);
+       converted first, so each key's index slot is fetched AHEAD keys before it is probed */
+    Py_ssize_t fresh = n - held;
+    uint64_t *keys = NULL;
+    uint8_t *negs = NULL;
+    if (fresh > 0) {
+        keys = PyMem_Malloc((size_t)fresh * sizeof(uint64_t));
+        negs = PyMem_Malloc((size_t)fresh);
+        if (keys == NULL || negs == NULL) {
+            PyMem_Free(keys);
+            PyMem_Free(negs);
+            PyErr_NoMemory();
+            goto fail;
+        }
     }
+    for (Py_ssize_t i = 0; i < fresh; i++) {  /* keys[i] is items[n - 1 - i] */
+        if (to_key(items[n - 1 - i], &keys[i], &negs[i]) < 0) {
+            PyMem_Free(keys);
+            PyMem_Free(negs);
+            goto fail;
+        }
+        if (i < AHEAD) PREFETCH(&s->index[mix(keys[i] ^ negs[i]) & s->mask]);
+    }
+    for (Py_ssize_t i = 0; i < fresh; i++) {
+        if (i + AHEAD < fresh) PREFETCH(&s->index[mix(keys[i + AHEAD] ^ negs[i + AHEAD]) & s->mask]);
+        int found;
+        uint64_t slot = probe(s, keys[i], negs[i], &found);
+        if (!found && insert_at(s, slot, keys[i], negs[i]) < 0) {
+            PyMem_Free(keys);
+            PyMem_Free(negs);
+            goto fail;
+        }
+    }
+    PyMem_Free(keys);
+    PyMem_Free(negs);
     /* then the held prefix touched, last first: the chain's head ends most recent. Touched keys that
        already follow one another in LRU order (a chain stored before, as it was stored) move as one
        run: found by walking the list from the run's first key, with no index probe per key */
@@ -341,14 +376,27 @@ static PyObject *LruSet_store(LruSet *s, PyObject *args) {
     if (excess <= 0) return PyTuple_New(0);
     PyObject *gone = PyTuple_New(excess);
     if (gone == NULL) return NULL;
-    for (Py_ssize_t j = 0; j < excess; j++) {  /* least recent first */
-        Entry *x = &s->entries[s->head];
+    /* least recent first: the victims read off the list (their index slots fetched meanwhile), then
+       the entries in the slots after theirs (a deletion's backward shift reads them), then deleted */
+    int32_t e = s->head;
+    for (Py_ssize_t j = 0; j < excess; j++, e = s->entries[e].next) {
+        Entry *x = &s->entries[e];
+        PREFETCH(&s->index[mix(x->key ^ x->neg) & s->mask]);
         PyObject *v = from_key(x);
-        if (v == NULL) {
+        if (v == NULL) {  /* nothing deleted yet */
             Py_DECREF(gone);
             return NULL;
         }
         PyTuple_SET_ITEM(gone, j, v);
+    }
+    e = s->head;
+    for (Py_ssize_t j = 0; j < excess; j++, e = s->entries[e].next) {
+        Entry *x = &s->entries[e];
+        int32_t f = s->index[(mix(x->key ^ x->neg) + 1) & s->mask];
+        if (f != NIL) PREFETCH(&s->entries[f]);
+    }
+    for (Py_ssize_t j = 0; j < excess; j++) {
+        Entry *x = &s->entries[s->head];
         int found;
         uint64_t slot = probe(s, x->key, x->neg, &found);
         delete_slot(s, slot);
@@ -425,6 +473,24 @@ static PyObject *prefixes(PyObject *module, PyObject *args) {
     PyObject **items = PySequence_Fast_ITEMS(seq);
     PyObject *out = PyDict_New();
     if (out == NULL || len == 0) goto done;
+    /* every set's first probe (the prompt's first key; most sets lack it) fetched at once: the slots,
+       then their entries, so the sets' cache misses overlap instead of queuing one set at a time */
+    uint64_t k0;
+    uint8_t neg0;
+    if (PyLong_Check(items[0]) && to_key(items[0], &k0, &neg0) == 0) {
+        uint64_t h = mix(k0 ^ neg0);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            LruSet *s = (LruSet *)PyTuple_GET_ITEM(sets, i);
+            PREFETCH(&s->index[h & s->mask]);
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            LruSet *s = (LruSet *)PyTuple_GET_ITEM(sets, i);
+            int32_t e = s->index[h & s->mask];
+            if (e != NIL) PREFETCH(&s->entries[e]);
+        }
+    } else {
+        PyErr_Clear();  /* not a key any set holds: match_items finds that again */
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t m = match_items((LruSet *)PyTuple_GET_ITEM(sets, i), items, len);
         if (m == 0) continue;

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rackserve.sched.output import SchedulerOutput
 from rackserve.sched.scheduler import RankScheduler
 from rackserve.timing.batch import StepCost
@@ -74,9 +76,29 @@ class Instance:
                 idle_s[r] += total * steps
 
     def _flush(self) -> None:
+        """Charge the pending costs in the order they came, as `_charge` would one by one: with
+        every cost listing every rank, as arrays (the same products and maxima per element, and
+        each rank's sum taken in the same order, so the same bits)."""
         pending, self._pending = self._pending, {}
-        for cost, steps in pending.values():
-            self._charge(cost, steps)
+        if not pending:
+            return
+        n = len(self._busy)
+        entries = list(pending.values())
+        priced = [cost.rank_busy_s for cost, _ in entries]
+        if n < WIDE or any(len(p) != n for p in priced):
+            for cost, steps in entries:
+                self._charge(cost, steps)
+            return
+        p = np.array(priced, dtype=np.float64)
+        steps = np.array([float(s) for _, s in entries])[:, None]  # int * float in Python: the float of the int
+        totals = np.array([cost.total_s for cost, _ in entries])[:, None]
+        add_busy = p * steps
+        add_idle = np.maximum(0.0, totals - p) * steps
+        busy, idle = np.array(self._busy), np.array(self._idle)
+        for b, i in zip(add_busy, add_idle, strict=True):  # row by row: each rank's sum in charge order
+            busy += b
+            idle += i
+        self._busy, self._idle = busy.tolist(), idle.tolist()
 
     @property
     def rank_busy_s(self) -> list[float]:

@@ -23,6 +23,13 @@ from rackserve.workload.tokens import mix64
 _POS = np.uint64(0xD6E8FEB86659FD93)  # odd 64-bit multipliers (from splitmix/xxhash constant families)
 _ID = np.uint64(0x9E3779B97F4A7C15)
 _TAIL_BIT = np.uint64(1 << 63)  # marks tail content so it never equals a trace id
+_U64, _TAIL = 1 << 64, 1 << 63  # salts are 64-bit, tails below the tail bit (else: the numpy path)
+_NONE = np.zeros(0, dtype=np.uint64)
+
+try:  # the C pass (built by `pip install -e .`: setup.py); without a compiler, numpy does it all
+    from rackserve.workload._blockids import fill as _fill
+except ImportError:  # pragma: no cover - exercised where no C compiler is
+    _fill = None
 
 
 def trace_block_of(positions: np.ndarray, scale: float) -> np.ndarray:
@@ -124,7 +131,23 @@ def next_block_ids(prev: BlockIds | None, hash_ids: np.ndarray, salt: int, promp
     """`block_ids` of a request, reusing the ids of `prev`, the same agent's
     previous request under the same salt, for the blocks of their common trace prefix: an agentic
     turn mostly resends its predecessor, so only its new tail is mixed and converted. `common`:
-    the common trace prefix with `prev` when known (Turn.shared_ids), else it is compared."""
+    the common trace prefix with `prev` when known (Turn.shared_ids), else it is compared.
+    Unscaled prompts of uint64 trace ids are filled in one C pass where it is built (_blockids.c:
+    the same arithmetic as `next_block_ids_numpy`, its reference in the tests)."""
+    if (_fill is None or scale != 1.0 or hash_ids.dtype != np.uint64 or not hash_ids.flags.c_contiguous
+            or not 0 <= salt < _U64 or not 0 <= tail < _TAIL):  # fmt: skip
+        return next_block_ids_numpy(prev, hash_ids, salt, prompt_tokens, block_tokens, scale, tail, common)
+    count = prompt_tokens // block_tokens
+    keep = 0 if prev is None else _kept(prev, hash_ids, count, block_tokens, scale, common)
+    ids = np.empty(max(count, 0), dtype=np.uint64)
+    _fill(ids, prev.ids if keep else _NONE, keep, hash_ids, salt, tail, block_tokens)
+    return BlockIds(hash_ids, ids, BlockHashes(ids))
+
+
+def next_block_ids_numpy(prev: BlockIds | None, hash_ids: np.ndarray, salt: int, prompt_tokens: int,
+                         block_tokens: int = 64, scale: float = 1.0, tail: int = 0,
+                         common: int | None = None) -> BlockIds:  # fmt: skip
+    """next_block_ids in numpy: any scale (the reference of the C pass)."""
     count = prompt_tokens // block_tokens
     keep = 0 if prev is None else _kept(prev, hash_ids, count, block_tokens, scale, common)
     j = np.arange(keep, count, dtype=np.int64)

@@ -144,19 +144,26 @@ class UncachedWork:
     """uncached_work_s of one request on ranks holding `hbm` of its blocks, priced once per (layout,
     HBM blocks, pool the rank reaches): most ranks hold none of a prompt, so most prices repeat."""
 
-    __slots__ = ("cost", "match", "prompt_tokens", "scoped", "seen")
+    __slots__ = ("by_hit", "cost", "match", "prompt_tokens", "scoped", "seen")
 
     def __init__(self, cost: CostModel, match: PrefixMatch, prompt_tokens: int) -> None:
         self.cost, self.match, self.prompt_tokens = cost, match, prompt_tokens
         self.scoped = match.instance_pools is not None  # a pool per instance: its hits differ by instance
         self.seen: dict[tuple[str, int, str | None], float] = {}
+        # (layout, hit) -> work: instances whose pools give the same hit (most hold none of a
+        # prompt) share one price, as uncached_work_s depends on nothing else
+        self.by_hit: dict[tuple[str, tuple[int, int, int]], float] = {}
 
     def __call__(self, layout: str, hbm: int, instance: str) -> float:
         key = (layout, hbm, instance if self.scoped else None)
         work = self.seen.get(key)
         if work is None:
             hit = self.match.tokens(hbm, instance)
-            work = self.seen[key] = uncached_work_s(self.cost, layout, hit, self.prompt_tokens)
+            priced = (layout, hit)
+            work = self.by_hit.get(priced)
+            if work is None:
+                work = self.by_hit[priced] = uncached_work_s(self.cost, layout, hit, self.prompt_tokens)
+            self.seen[key] = work
         return work
 
     def finish_s(self, ranks: list[RankState], skip: RankId | None = None) -> list[float | None]:

@@ -354,11 +354,12 @@ def test_luw_skips_an_unhealthy_cached_rank_and_short_prompts_work(cost, idle_cl
 def test_uncached_work_is_priced_once_per_layout_hbm_blocks_and_reachable_pool(cost, scoped):
     """UncachedWork (least-uncached-work and regret) gives every rank the price uncached_work_s gives it,
     pricing each distinct (layout, HBM blocks, pool) once; with a pool per instance, equal HBM blocks
-    on two instances reach different pools and are priced apart."""
+    on two instances reach different pools and are priced apart, unless their pools give the same
+    hit (p1 and p2 here), which is priced once."""
     from rackserve.routing.match import PrefixMatch
     from rackserve.routing.policies.least_uncached import UncachedWork, uncached_work_s
 
-    pools = {"p0": (30, 10), "p1": (5, 5)} if scoped else None
+    pools = {"p0": (30, 10), "p1": (5, 5), "p2": (5, 5)} if scoped else None
     match = PrefixMatch(16, 16 * 50, {("p0", 0): 20}, {0: (12, 3), 20: (4, 6)}, pools)
     calls = []
 
@@ -369,7 +370,8 @@ def test_uncached_work_is_priced_once_per_layout_hbm_blocks_and_reachable_pool(c
 
     counting = Counting()
     work = UncachedWork(counting, match, match.prompt_tokens)
-    ranks = [("dep2", "p0", 0), ("dep2", "p0", 1), ("dep2", "p1", 0), ("dep2", "p1", 1), ("tp8", "p1", 1)]
+    ranks = [("dep2", "p0", 0), ("dep2", "p0", 1), ("dep2", "p1", 0), ("dep2", "p1", 1), ("tp8", "p1", 1),
+             ("dep2", "p2", 0), ("tp8", "p2", 1)]
     for layout, inst, rank in ranks:
         hbm = match.hbm_blocks((inst, rank))
         want = uncached_work_s(cost, layout, match.tokens(hbm, inst), match.prompt_tokens)

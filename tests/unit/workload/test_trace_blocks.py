@@ -44,3 +44,45 @@ def test_block_hashes_read_as_their_tuple_without_converting_all():
     assert keys.refine(2, lambda span: {want[35]} & set(span)) == 4 and keys.blocks[39] == want[39]
     assert ids._tuple is None  # no tuple of all 40 ints was made
     assert ids == want and hash(ids) == hash(want) and list(ids) == list(want) and ids[3:5] == want[3:5]
+
+
+def test_the_c_pass_gives_the_numpy_ids_bit_for_bit():
+    """next_block_ids' one C pass (workload/_blockids.c) against its numpy reference: random trace ids
+    over the whole 64-bit range, salts and tails at their edges, block sizes that split or merge
+    trace blocks, prompts past the trace's last block (tail content), kept prefixes."""
+    from rackserve.workload import trace_blocks as tb
+
+    if tb._fill is None:
+        pytest.skip("the C pass is not built (no C compiler)")
+    rng = np.random.default_rng(5)
+    for case in range(400):
+        n = int(rng.integers(0, 60))
+        ids = rng.integers(0, 2**64, size=n, dtype=np.uint64, endpoint=False)
+        block = int(rng.choice([16, 32, 64, 128, 512]))
+        salt = [0, 2**64 - 1, int(rng.integers(0, 2**63)) * 2 + 1][int(rng.integers(0, 3))]  # Python ints
+        tail = [0, 2**63 - 1, int(rng.integers(0, 2**62))][int(rng.integers(0, 3))]
+        prompt = int(rng.integers(0, (n + 3) * 64 + 1))
+        prev = tb.next_block_ids_numpy(None, ids, salt, prompt, block, tail=tail)
+        grown = np.concatenate([ids[: int(rng.integers(0, n + 1))], rng.integers(0, 2**64, size=5, dtype=np.uint64)])
+        later = prompt + int(rng.integers(0, 700))
+        for before, now, tokens in ((None, ids, prompt), (prev, grown, later)):
+            want = tb.next_block_ids_numpy(before, now, salt, tokens, block, tail=tail)
+            got = tb.next_block_ids(before, now, salt, tokens, block, tail=tail)
+            assert got.ids.dtype == np.uint64 and np.array_equal(got.ids, want.ids), (case, block, tokens)
+            assert got.as_tuple == want.as_tuple
+
+
+def test_the_c_pass_names_bad_arguments():
+    from rackserve.workload import trace_blocks as tb
+
+    if tb._fill is None:
+        pytest.skip("the C pass is not built (no C compiler)")
+    out = np.empty(4, dtype=np.uint64)
+    with pytest.raises(ValueError, match="keep"):
+        tb._fill(out, np.zeros(2, dtype=np.uint64), 3, IDS, 1, 0, 64)  # keeps more than prev has
+    with pytest.raises(ValueError, match="block_tokens"):
+        tb._fill(out, tb._NONE, 0, IDS, 1, 0, 0)
+    with pytest.raises(ValueError, match="8-byte"):
+        tb._fill(np.empty(4, dtype=np.uint32), tb._NONE, 0, IDS, 1, 0, 64)
+    with pytest.raises(TypeError):
+        tb._fill(IDS.tobytes(), tb._NONE, 0, IDS, 1, 0, 64)  # bytes: not writable
