@@ -1,7 +1,8 @@
-"""The compiled parts: the simulator's rank-cache LRU set (rackserve/sim/_lruset.c) and a replayed
-request's block ids (rackserve/workload/_blockids.c). Everything else about the package is in
-pyproject.toml. `optional`: without a C compiler the install goes on and the Python twins run
-(rackserve/sim/lru_set.py's PyLruSet, trace_blocks.py's numpy path: same results, slower)."""
+"""The compiled parts: the simulator's rank-cache LRU set (rackserve/sim/_lruset.c), a replayed
+request's block ids (rackserve/workload/_blockids.c) and the pool's stored-block record
+(rackserve/kv/_records.c). Everything else about the package is in pyproject.toml. `optional`:
+without a C compiler the install goes on and the Python twins run (lru_set.py's PyLruSet,
+trace_blocks.py's numpy path, pool_chains.py's PyStoredBlock: same results, slower)."""
 
 from setuptools import Extension, setup
 
@@ -10,5 +11,6 @@ setup(
         Extension("rackserve.sim._lruset", ["rackserve/sim/_lruset.c"], extra_compile_args=["-O2"], optional=True),
         Extension("rackserve.workload._blockids", ["rackserve/workload/_blockids.c"], extra_compile_args=["-O2"],
                   optional=True),
+        Extension("rackserve.kv._records", ["rackserve/kv/_records.c"], extra_compile_args=["-O2"], optional=True),
     ],
 )

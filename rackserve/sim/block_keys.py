@@ -15,28 +15,27 @@ from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BlockKeys:
     keys: tuple[int, ...]  # group keys, then the tail key when the prompt ends inside a group
     blocks: Sequence[int]  # the prompt's full block hashes (target block size)
     group: int
+    n_blocks: int  # len(blocks), read per lookup
 
     @staticmethod
     def of(blocks: Sequence[int], group: int) -> BlockKeys:
+        n = len(blocks)
         if group == 1:
-            return BlockKeys(tuple(blocks), blocks, 1)
+            return BlockKeys(tuple(blocks), blocks, 1, n)
         keys = tuple(blocks[group - 1 :: group])
-        if len(blocks) % group:
+        if n % group:
             keys += (blocks[-1],)
-        return BlockKeys(keys, blocks, group)
-
-    @property
-    def n_blocks(self) -> int:
-        return len(self.blocks)
+        return BlockKeys(keys, blocks, group, n)
 
     def blocks_in(self, elements: int) -> int:
         """Blocks covered by the first `elements` keys."""
-        return min(elements * self.group, len(self.blocks))
+        n = elements * self.group
+        return n if n < self.n_blocks else self.n_blocks
 
     def element_blocks(self, i: int) -> int:
         return self.blocks_in(i + 1) - self.blocks_in(i)
@@ -47,7 +46,7 @@ class BlockKeys:
         the cached ones of the group's first group - 1 blocks (one C-level set intersection per
         cache instead of a call per block: most of these blocks are cached nowhere)."""
         start = elements * self.group
-        stop = min(start + self.group - 1, len(self.blocks))
+        stop = min(start + self.group - 1, self.n_blocks)
         if stop <= start:
             return 0
         span = self.blocks[start:stop]

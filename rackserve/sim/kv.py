@@ -102,18 +102,22 @@ class Visibility:
 
 class ShortVisibility(Visibility):
     """Visibility for a short lag: the writes still in their lag (a few at 0.5 ms), each with its
-    key set. A write costs one C-level set and nothing per key when its lag ends; a lookup scans
-    the few writes instead of a per-key table."""
+    keys. A write costs nothing per key when its lag ends; a lookup scans the few writes instead
+    of a per-key table. A write's key set is made when a lookup first asks it: most writes' lags
+    end before any lookup of their rank (at 0.5 ms, a rank's write is usually alone)."""
 
     def add(self, hashes: Sequence[int], written_at: float) -> None:
         if hashes:
-            self._fifo.append((written_at + self.lag_s, set(hashes)))
+            self._fifo.append([written_at + self.lag_s, hashes, None])  # hashes: a tuple (never changes)
 
     def _hidden(self, h: int, now: float) -> bool:
         """The key's last write is still in its lag."""
-        for t, keys in reversed(self._fifo):
+        for write in reversed(self._fifo):
+            keys = write[2]
+            if keys is None:
+                keys = write[2] = set(write[1])
             if h in keys:
-                return t > now
+                return write[0] > now
         return False
 
     def _expire(self, now: float) -> None:

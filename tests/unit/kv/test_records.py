@@ -1,0 +1,56 @@
+"""The pool's stored-block record in C (kv/_records.c) against the dataclass it stands for
+(pool_chains.PyStoredBlock): the same fields, mutability, equality, hashing, repr and pickling."""
+
+import pickle
+import shutil
+
+import pytest
+
+from rackserve.kv.pool_chains import PyStoredBlock, StoredBlock
+
+needs_c = pytest.mark.skipif(StoredBlock is PyStoredBlock, reason="kv/_records.c is not built (no C compiler)")
+FIELDS = ("block_hash", "size", "charge", "owner", "tier", "parent_hash")
+ARGS = (2**64 - 1, 4096, 65536, "p0/1", "pool_hbm", None)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler here")
+def test_the_c_record_is_built_where_a_compiler_is():
+    assert StoredBlock is not PyStoredBlock, "rackserve/kv/_records.c was not built: run `make venv`"
+
+
+@needs_c
+def test_the_c_record_behaves_as_the_dataclass():
+    c, py = StoredBlock(*ARGS), PyStoredBlock(*ARGS)
+    assert tuple(getattr(c, f) for f in FIELDS) == tuple(getattr(py, f) for f in FIELDS) == ARGS
+    assert StoredBlock(**dict(zip(FIELDS, ARGS, strict=True))) == c  # keywords too
+    assert repr(c) == repr(py).replace("PyStoredBlock", "StoredBlock", 1)
+    for i, name in enumerate(FIELDS):  # equal only field by field, as the dataclass compares
+        other = list(ARGS)
+        other[i] = 7 if name != "owner" else "p1/0"
+        for cls, one in ((StoredBlock, c), (PyStoredBlock, py)):
+            assert one == cls(*ARGS) and not one != cls(*ARGS)
+            assert one != cls(*other) and not one == cls(*other)
+    assert c != py and py != c  # another class: never equal (NotImplemented both ways)
+    assert (c == ARGS) is False
+    for one in (c, py):
+        with pytest.raises(TypeError):
+            hash(one)  # mutable dataclass: unhashable
+        with pytest.raises(AttributeError):
+            one.extra = 1  # no new attributes (slots)
+    c.tier = py.tier = "pool_dram"  # a move changes the tier in place
+    assert c.tier == "pool_dram" and repr(c) == repr(py).replace("PyStoredBlock", "StoredBlock", 1)
+    back = pickle.loads(pickle.dumps(c))
+    assert back == c and back is not c and type(back) is StoredBlock
+    with pytest.raises(AttributeError, match="deleted"):
+        del c.tier
+    assert c.tier == "pool_dram"
+
+
+@needs_c
+def test_the_c_record_names_bad_arguments():
+    with pytest.raises(TypeError):
+        StoredBlock(*ARGS[:5])  # a field missing
+    with pytest.raises(TypeError):
+        StoredBlock(*ARGS, 1)  # one too many
+    with pytest.raises(TypeError):
+        StoredBlock(*ARGS[:5], parent=None)  # not a field
