@@ -1,6 +1,6 @@
 """The compiled parts: the simulator's rank-cache LRU set (rackserve/sim/_lruset.c), a replayed
-request's block ids (rackserve/workload/_blockids.c) and the pool's stored-block record
-(rackserve/kv/_records.c). Everything else about the package is in pyproject.toml. `optional`:
+request's block ids (rackserve/workload/_blockids.c) and the pool's stored-block record and leading-run bisection
+(rackserve/kv/_poolcore.c). Everything else about the package is in pyproject.toml. `optional`:
 without a C compiler the install goes on and the Python twins run (lru_set.py's PyLruSet,
 trace_blocks.py's numpy path, pool_chains.py's PyStoredBlock: same results, slower)."""
 
@@ -11,6 +11,6 @@ setup(
         Extension("rackserve.sim._lruset", ["rackserve/sim/_lruset.c"], extra_compile_args=["-O2"], optional=True),
         Extension("rackserve.workload._blockids", ["rackserve/workload/_blockids.c"], extra_compile_args=["-O2"],
                   optional=True),
-        Extension("rackserve.kv._records", ["rackserve/kv/_records.c"], extra_compile_args=["-O2"], optional=True),
+        Extension("rackserve.kv._poolcore", ["rackserve/kv/_poolcore.c"], extra_compile_args=["-O2"], optional=True),
     ],
 )

@@ -41,7 +41,7 @@ _PREFIX, _TOUCH, _COMMIT, _ADD = 1, 2, 3, 4
 @dataclass(slots=True)
 class PyStoredBlock:
     """A block the pool stores. `StoredBlock` is this record as a C type where it is built
-    (kv/_records.c: the same fields, equality and repr; made ~3x faster and 16 bytes smaller, which
+    (kv/_poolcore.c: the same fields, equality and repr; made ~3x faster and 16 bytes smaller, which
     counts at millions of blocks), else this class; it is the reference the tests hold the C one to."""
 
     block_hash: int
@@ -52,10 +52,25 @@ class PyStoredBlock:
     parent_hash: int | None  # the block before this one in its chain (None = a chain's root)
 
 
-try:  # built by `pip install -e .` (setup.py); without a C compiler the dataclass serves
-    from rackserve.kv._records import StoredBlock
+def py_leading_run(hashes: Sequence[int], hi: int, *tables: Container[int]) -> int:
+    """Length of the leading run of hashes[:hi] that are in any of `tables`, by bisection (the run
+    is known to be leading: the tables hold prefixes of chains). The reference of the C one."""
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        h = hashes[mid]
+        if any(h in t for t in tables):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+try:  # built by `pip install -e .` (setup.py); without a C compiler the Python twins serve
+    from rackserve.kv._poolcore import StoredBlock, leading_run
 except ImportError:  # pragma: no cover - exercised where no C compiler is
     StoredBlock = PyStoredBlock  # type: ignore[misc,assignment]
+    leading_run = py_leading_run
 
 
 _HASH = attrgetter("block_hash")
@@ -369,14 +384,4 @@ class PoolChains:
             passed = sum(map(lru.__contains__, seen))  # earlier ones may have gone since, too
             size *= 2
 
-def _leading_run(hashes: Sequence[int], hi: int, members: Container[int]) -> int:
-    """Length of the leading run of hashes[:hi] that are in `members`, by bisection (the run is
-    known to be leading: members are prefix-closed along the chain)."""
-    lo = 0
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if hashes[mid] in members:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+_leading_run = leading_run  # (hashes, hi, members): members are prefix-closed along the chain

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from itertools import filterfalse
 
 from rackserve.kv.events import KVEvent, Publisher
-from rackserve.kv.pool_chains import PoolChains, StoredBlock
+from rackserve.kv.pool_chains import PoolChains, StoredBlock, leading_run
 from rackserve.kv.pool_leases import Leases
 from rackserve.kv.pool_limits import POOL_TIERS, PoolLimits, PoolTier
 from rackserve.kv.pool_messages import (
@@ -76,6 +76,11 @@ class PoolTiers(PoolPut):
     def is_known(self, block_hash: int) -> bool:
         """Stored or reserved by someone (its bytes in Redis must not be deleted)."""
         return block_hash in self._pending or block_hash in self._chains._all
+
+    def first_unknown(self, chain: Sequence[int]) -> int:
+        """Index of a chain's first key not `is_known`, by bisection: what the pool knows of a chain
+        (stored or reserved) is a prefix of it, since a block is put only after its parent."""
+        return leading_run(chain, len(chain), self._pending, self._chains._all)
 
     def tier_of(self, block_hash: int) -> PoolTier | None:
         block = self._chains._all.get(block_hash)  # PoolChains.tier_of, one call fewer (the simulator's many)

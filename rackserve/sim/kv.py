@@ -319,7 +319,7 @@ class ClusterKV:
         # only after its parent, so its chains stay matchable from the start (prefix-closed, so the
         # first missing key is found by bisection)
         ks = keys.keys
-        first = _first_unknown(ks, pool.is_known)
+        first = pool.first_unknown(ks)
         fresh = ks[first:]
         if not fresh:
             return
@@ -381,18 +381,6 @@ class ClusterKV:
                 for k, v in paths.utilization(span_s).items():
                     out[k] = max(out.get(k, 0.0), v)
         return out
-
-
-def _first_unknown(keys: Sequence[int], known) -> int:
-    """Index of the first key `known` rejects, for a prefix-closed set."""
-    lo, hi = 0, len(keys)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if known(keys[mid]):
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 def pool_limits(hbm_bytes: int, dram_bytes: int, high: float, low: float) -> PoolLimits:

@@ -1,5 +1,7 @@
-/* The pool's stored-block record (kv/pool_chains.py StoredBlock) as a C type.
+/* The pool's compiled parts (kv/pool_chains.py): its stored-block record as a C type, and the bisection that
+ * finds a chain's leading run in the pool's tables.
  *
+ * StoredBlock:
  * Same fields, order, mutability, equality and repr as the dataclass it stands for (pool_chains.py keeps
  * that as `PyStoredBlock`, the reference its tests hold this to). A rack point holds millions of these:
  * made by a plain C constructor (no Python __init__ frame, ~3x faster) and 16 bytes smaller, with no
@@ -88,7 +90,7 @@ static int Record_setattro(PyObject *o, PyObject *name, PyObject *value) {
 
 static PyTypeObject RecordType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "rackserve.kv._records.StoredBlock",
+    .tp_name = "rackserve.kv._poolcore.StoredBlock",
     .tp_basicsize = sizeof(Record),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "StoredBlock(block_hash, size, charge, owner, tier, parent_hash): a block the pool stores",
@@ -102,9 +104,47 @@ static PyTypeObject RecordType = {
     .tp_setattro = Record_setattro,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_records", NULL, -1, NULL};
+/* leading_run(hashes, hi, *tables): the length of the leading run of hashes[:hi] that are in any of the
+   tables, by bisection (the caller knows the run is leading: the tables hold prefixes of chains); the same
+   probes, in the same order, as pool_chains.py_leading_run (its reference), without a bytecode
+   loop around them */
+static PyObject *leading_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 3) return PyErr_Format(PyExc_TypeError, "leading_run(hashes, hi, *tables): %zd arguments", nargs);
+    PyObject *seq = PySequence_Fast(args[0], "leading_run: hashes must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t hi = PyLong_AsSsize_t(args[1]);
+    if (hi == -1 && PyErr_Occurred()) goto fail;
+    if (hi < 0 || hi > PySequence_Fast_GET_SIZE(seq)) {
+        PyErr_Format(PyExc_ValueError, "leading_run: hi must be in [0, %zd], got %zd", PySequence_Fast_GET_SIZE(seq), hi);
+        goto fail;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t lo = 0;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) >> 1;
+        int held = 0;
+        for (Py_ssize_t t = 2; t < nargs && !held; t++) {
+            held = PySequence_Contains(args[t], items[mid]);
+            if (held < 0) goto fail;
+        }
+        if (held) lo = mid + 1; else hi = mid;
+    }
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(lo);
+fail:
+    Py_DECREF(seq);
+    return NULL;
+}
 
-PyMODINIT_FUNC PyInit__records(void) {
+static PyMethodDef module_methods[] = {
+    {"leading_run", (PyCFunction)(void (*)(void))leading_run, METH_FASTCALL,
+     "leading_run(hashes, hi, *tables) -> leading keys of hashes[:hi] in any table, by bisection"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_poolcore", NULL, -1, module_methods};
+
+PyMODINIT_FUNC PyInit__poolcore(void) {
     if (PyType_Ready(&RecordType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

@@ -1,4 +1,4 @@
-"""The pool's stored-block record in C (kv/_records.c) against the dataclass it stands for
+"""The pool's stored-block record in C (kv/_poolcore.c) against the dataclass it stands for
 (pool_chains.PyStoredBlock): the same fields, mutability, equality, hashing, repr and pickling."""
 
 import pickle
@@ -8,14 +8,14 @@ import pytest
 
 from rackserve.kv.pool_chains import PyStoredBlock, StoredBlock
 
-needs_c = pytest.mark.skipif(StoredBlock is PyStoredBlock, reason="kv/_records.c is not built (no C compiler)")
+needs_c = pytest.mark.skipif(StoredBlock is PyStoredBlock, reason="kv/_poolcore.c is not built (no C compiler)")
 FIELDS = ("block_hash", "size", "charge", "owner", "tier", "parent_hash")
 ARGS = (2**64 - 1, 4096, 65536, "p0/1", "pool_hbm", None)
 
 
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler here")
 def test_the_c_record_is_built_where_a_compiler_is():
-    assert StoredBlock is not PyStoredBlock, "rackserve/kv/_records.c was not built: run `make venv`"
+    assert StoredBlock is not PyStoredBlock, "rackserve/kv/_poolcore.c was not built: run `make venv`"
 
 
 @needs_c
@@ -54,3 +54,43 @@ def test_the_c_record_names_bad_arguments():
         StoredBlock(*ARGS, 1)  # one too many
     with pytest.raises(TypeError):
         StoredBlock(*ARGS[:5], parent=None)  # not a field
+
+
+@needs_c
+def test_the_c_leading_run_probes_as_the_python_one():
+    """leading_run against py_leading_run: chains whose held keys are a prefix (one table, or split
+    over two as pending and stored are), any `hi`, dicts, OrderedDicts and sets; the same probes in the
+    same order (a table that records what it is asked)."""
+    import random
+    from collections import OrderedDict
+
+    from rackserve.kv.pool_chains import leading_run, py_leading_run
+
+    class Asked(dict):
+        def __init__(self, keys, log):
+            super().__init__(dict.fromkeys(keys))
+            self.log = log
+
+        def __contains__(self, key):
+            self.log.append(key)
+            return super().__contains__(key)
+
+    rng = random.Random(11)
+    for _ in range(500):
+        chain = [rng.getrandbits(64) - (1 << 63) * rng.randrange(2) for _ in range(rng.randrange(0, 60))]
+        held = rng.randrange(0, len(chain) + 1)
+        cut = rng.randrange(0, held + 1)  # keys [0, cut) in the first table, [cut, held) in the second
+        hi = rng.randrange(0, len(chain) + 1)
+        tables = (dict.fromkeys(chain[:cut]), OrderedDict.fromkeys(chain[cut:held]), set())
+        assert leading_run(chain, hi, *tables) == py_leading_run(chain, hi, *tables) == min(held, hi)
+        assert leading_run(tuple(chain), hi, tables[0]) == min(cut, hi)
+        logs = ([], [])
+        a = leading_run(chain, hi, Asked(chain[:held], logs[0]))
+        b = py_leading_run(chain, hi, Asked(chain[:held], logs[1]))
+        assert a == b and logs[0] == logs[1]
+    with pytest.raises(ValueError, match="hi"):
+        leading_run([1, 2], 3, {})
+    with pytest.raises(TypeError):
+        leading_run([1, 2], 2)  # no table
+    with pytest.raises(TypeError):
+        leading_run(5, 0, {})  # not a sequence
