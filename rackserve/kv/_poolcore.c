@@ -120,6 +120,14 @@ static PyObject *leading_run(PyObject *module, PyObject *const *args, Py_ssize_t
     }
     PyObject **items = PySequence_Fast_ITEMS(seq);
     Py_ssize_t lo = 0;
+    if (hi > 0) {  /* the first key alone first: most chains asked about are held nowhere (one probe, not log n) */
+        int held = 0;
+        for (Py_ssize_t t = 2; t < nargs && !held; t++) {
+            held = PySequence_Contains(args[t], items[0]);
+            if (held < 0) goto fail;
+        }
+        if (!held) hi = 0; else lo = 1;
+    }
     while (lo < hi) {
         Py_ssize_t mid = (lo + hi) >> 1;
         int held = 0;

@@ -25,7 +25,7 @@ small-set intersection, and the log holds one path per conversation and one bloc
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from operator import attrgetter
@@ -54,8 +54,15 @@ class PyStoredBlock:
 
 def py_leading_run(hashes: Sequence[int], hi: int, *tables: Container[int]) -> int:
     """Length of the leading run of hashes[:hi] that are in any of `tables`, by bisection (the run
-    is known to be leading: the tables hold prefixes of chains). The reference of the C one."""
+    is known to be leading: the tables hold prefixes of chains). The reference of the C one. The
+    first key is asked alone first: most chains asked about are held nowhere (one probe, not log n)."""
     lo = 0
+    if hi > 0:
+        h = hashes[0]
+        if any(h in t for t in tables):
+            lo = 1
+        else:
+            hi = 0
     while lo < hi:
         mid = (lo + hi) >> 1
         h = hashes[mid]
@@ -91,6 +98,14 @@ class PoolChains:
         # a logged path's last block, and that block's parent -> the entry (one entry per block: a
         # newer mark replaces an older one, whose entry then just stays in the log)
         self._marks: dict[int, list] = {}
+        # the same marks by the root of their path: root -> {marked block: its depth on the path}. A
+        # path known from its root (the simulator's every touch) then finds the marks on it among its
+        # root's few (path[depth] == block: a chained hash has one depth and one root) instead of
+        # asking for each of its blocks (~115 at the rack point). A path known only in part (a general
+        # touch, which walks up to its root when replayed) makes the marks `_loose` until a flush:
+        # they are then found by asking for every block, as before.
+        self._rooted: dict[int, dict[int, int]] = {}
+        self._loose = False
         self._limit = _LOG_LIMIT if lazy else 0
         self._cap = 1024 if lazy else 0  # log length at which dead entries are dropped (or it is replayed)
 
@@ -242,11 +257,21 @@ class PoolChains:
         the rest of it is touched again here. An entry is [kind, a, b, parent of its last block].
         `marked`: the parts of the path that may bear marks (None: `keys` and `more`)."""
         marks = self._marks
+        root = None if self._loose else self._root_of(keys, more)
+        if root is None and not self._loose:
+            self._loose = True
+            self._rooted.clear()
         if marks:
-            if marked is None:
-                marked = (keys, more) if more else (keys,)
-            for part in marked:
-                for h in marks.keys() & part:
+            if root is not None:  # the marks on the path (its marked parts: `more`, then `keys`)
+                m = len(more) if more else 0
+                span = m + len(keys) if marked is None else (m if marked else 0)
+                found: Iterable[tuple[Sequence[int] | set[int], ...]] = (self._found_rooted(root, keys, more, span),)
+            else:
+                if marked is None:
+                    marked = (keys, more) if more else (keys,)
+                found = (marks.keys() & part for part in marked)
+            for hs in found:
+                for h in hs:
                     old = marks.pop(h)
                     kind = old[0]
                     if kind is None:
@@ -269,7 +294,35 @@ class PoolChains:
         marks[last] = entry
         if parent is not None:
             marks[parent] = entry
+        if root is not None:
+            depths = self._rooted.get(root)
+            if depths is None:
+                depths = self._rooted[root] = {}
+            n = len(keys) + (len(more) if more else 0)
+            depths[last] = n - 1
+            if parent is not None:
+                depths[parent] = n - 2
         self._logged()
+
+    def _root_of(self, keys: tuple[int, ...], more: tuple[int, ...] | None) -> int | None:
+        """The root of a logged path when it is known from its root: `more` (or else `keys`) starts at
+        a block without a parent. None: the path is known only in part."""
+        first = more[0] if more else keys[0]
+        block = self._all.get(first)
+        return first if block is not None and block.parent_hash is None else None
+
+    def _found_rooted(self, root: int, keys: tuple[int, ...], more: tuple[int, ...] | None,
+                      span: int) -> list[int]:
+        """The marked blocks among the first `span` of the path `more` + `keys` from `root`, taken
+        off the root's marks (the caller takes them off `_marks`)."""
+        depths = self._rooted.get(root)
+        if not depths:
+            return []
+        m = len(more) if more else 0
+        out = [h for h, d in depths.items() if d < span and (more[d] if d < m else keys[d - m]) == h]  # type: ignore[index]
+        for h in out:
+            del depths[h]
+        return out
 
     def _logged(self) -> None:
         log = self._log
@@ -289,6 +342,8 @@ class PoolChains:
             return
         self._log = []
         self._marks.clear()
+        self._rooted.clear()
+        self._loose = False
         self._cap = 1024 if self._limit else 0
         stored, lru = self._all, self._lru
         for kind, a, b, _ in log:
@@ -338,6 +393,8 @@ class PoolChains:
     def clear(self) -> None:
         self._log = []
         self._marks.clear()
+        self._rooted.clear()
+        self._loose = False
         for tier in POOL_TIERS:
             self._lru[tier].clear()
         self._all.clear()

@@ -332,3 +332,34 @@ def test_one_record_per_put_equals_per_block_entries(hbm: int, dram: int, lease_
     assert counters.puts > 100 and counters.committed_blocks > 100
     assert counters.evictions["pool_hbm"] > 0 or hbm == 10**9
     assert counters.reservation_expiries > 0 or lease_s > 100
+
+
+@pytest.mark.parametrize(("hbm", "dram"), [(400_000, 1_200_000), (10**12, 10**12)])
+def test_rooted_marks_find_what_asking_every_block_finds(hbm: int, dram: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path known from its root finds the logged marks on it among its root's (by depth): at every
+    call, exactly the marks that asking for each of its marked blocks finds; paths known only in
+    part (general commits of a chain whose parent is stored) switch to asking until a replay. The
+    order stays the eager one under both kinds of calls."""
+    seen = {"rooted": 0, "found": 0, "loose": 0}
+    found_rooted, root_of = pool_chains.PoolChains._found_rooted, pool_chains.PoolChains._root_of
+
+    def checked(self, root, keys, more, span):
+        path = (tuple(more) if more else ()) + tuple(keys)
+        want = set(self._marks) & set(path[:span])  # what marks.keys() & part finds over the marked parts
+        got = found_rooted(self, root, keys, more, span)
+        assert sorted(got) == sorted(want)
+        seen["rooted"] += 1
+        seen["found"] += len(got)
+        return got
+
+    def counted(self, keys, more):
+        root = root_of(self, keys, more)
+        seen["loose"] += root is None
+        return root
+
+    monkeypatch.setattr(pool_chains.PoolChains, "_found_rooted", checked)
+    monkeypatch.setattr(pool_chains.PoolChains, "_root_of", counted)
+    limits = pool_limits(hbm, dram, 0.95, 0.85)
+    for trace in (lambda p: _chain_trace(p, hbm + 2, by_chain=True), lambda p: _trace(p, seed=hbm + 1)):
+        assert trace(_with_chains(limits, True)) == trace(_with_chains(limits, False))
+    assert seen["rooted"] > 500 and seen["found"] > 100 and seen["loose"] > 0
