@@ -18,8 +18,9 @@ Without it the Dynamo row is skipped and the JSON says so.
 
 Run: .venv/bin/python bench/sim.py [--limit N] [--repeats 3] [--baseline DIR] [--sample]
     -> bench/results/sim.json + a table.
---baseline DIR: also the same runs of an older tree (e.g. `git archive COMMIT | tar -x -C DIR`) in a
-subprocess with PYTHONPATH=DIR, interleaved with ours, group by group (old vs new in one run).
+--baseline DIR: also the same runs of an older tree (e.g. `git archive COMMIT | tar -x -C DIR`; its C
+extensions are built in place first, bench/trees.py) in a subprocess with PYTHONPATH=DIR, interleaved
+with ours, group by group (old vs new in one run).
 Cold runs are a user's first run: a fresh process each (memo and router tables empty), `--repeats` of them,
 their median; Dynamo's replay runs as many times (median). --sample adds where a warm and a cold run's
 CPU goes (bench/sampler.py). Warm runs (step memo and router tables filled by the cold run) are repeated and their median taken:
@@ -218,6 +219,11 @@ def main() -> None:
         trace.write_text("".join(TRACE.read_text().splitlines(keepends=True)[: args.limit]))
     ours, base = [], []
     policy = "least-uncached-work"
+    if args.baseline is not None:
+        sys.path.insert(0, str(ROOT / "bench"))
+        from trees import built
+
+        built(args.baseline)
     for g in (1, 8):  # interleaved, so both sides see the same load
         if args.baseline is not None:
             base.append({**run_baseline(args.baseline, trace, g, policy, args.repeats),
