@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
+from rackserve.workload.trace_blocks import BlockHashes
+
 
 @dataclass(frozen=True, slots=True)
 class BlockKeys:
@@ -25,9 +27,14 @@ class BlockKeys:
     @staticmethod
     def of(blocks: Sequence[int], group: int) -> BlockKeys:
         n = len(blocks)
-        if group == 1:
+        if isinstance(blocks, BlockHashes):  # a replayed turn's: its predecessor's keys reused
+            keys = blocks.group_keys(group)
+        elif group == 1:
             return BlockKeys(tuple(blocks), blocks, 1, n)
-        keys = tuple(blocks[group - 1 :: group])
+        else:
+            keys = tuple(blocks[group - 1 :: group])
+        if group == 1:
+            return BlockKeys(keys, blocks, 1, n)
         if n % group:
             keys += (blocks[-1],)
         return BlockKeys(keys, blocks, group, n)

@@ -69,11 +69,34 @@ class BlockHashes(Sequence[int]):
     around its tail, so the ~1,600 ints of a 100k-token prompt are never all made (at 10,000 lanes,
     10,000 first prompts' tuples were 5 s of start-up). Equal to (and hashed as) the tuple it stands for."""
 
-    __slots__ = ("_ids", "_tuple")
+    __slots__ = ("_base", "_groups", "_ids", "_tuple")
 
-    def __init__(self, ids: np.ndarray) -> None:
+    def __init__(self, ids: np.ndarray, base: tuple[BlockHashes, int] | None = None) -> None:
+        """`base`: (the previous request's BlockHashes, how many leading ids this one shares with it)."""
         self._ids = ids
         self._tuple: tuple[int, ...] | None = None
+        self._base = base
+        self._groups: tuple[int, tuple[int, ...]] | None = None  # (group, group_keys(group))
+
+    def group_keys(self, group: int) -> tuple[int, ...]:
+        """self[group - 1 :: group] (the last id of every full group of `group` ids): those within the
+        ids shared with the previous request are its own ints (an agentic turn resends its history),
+        so only the new groups' are converted."""
+        made = self._groups
+        if made is not None and made[0] == group:
+            return made[1]
+        head: tuple[int, ...] = ()
+        start = 0
+        if self._base is not None:
+            prev, keep = self._base
+            had = prev._groups
+            if had is not None and had[0] == group:
+                k = keep // group  # key i is id (i + 1) * group - 1: shared while that is below keep
+                head, start = had[1][:k], k * group
+        new = tuple(self._ids[start + group - 1 :: group].tolist())
+        keys = head + new if head else new
+        self._groups, self._base = (group, keys), None  # the link is dropped once used
+        return keys
 
     def __len__(self) -> int:
         return self._ids.shape[0]
@@ -141,7 +164,8 @@ def next_block_ids(prev: BlockIds | None, hash_ids: np.ndarray, salt: int, promp
     keep = 0 if prev is None else _kept(prev, hash_ids, count, block_tokens, scale, common)
     ids = np.empty(max(count, 0), dtype=np.uint64)
     _fill(ids, prev.ids if keep else _NONE, keep, hash_ids, salt, tail, block_tokens)
-    return BlockIds(hash_ids, ids, BlockHashes(ids))
+    base = (prev.as_tuple, keep) if keep and isinstance(prev.as_tuple, BlockHashes) else None
+    return BlockIds(hash_ids, ids, BlockHashes(ids, base))
 
 
 def next_block_ids_numpy(prev: BlockIds | None, hash_ids: np.ndarray, salt: int, prompt_tokens: int,

@@ -86,3 +86,35 @@ def test_the_c_pass_names_bad_arguments():
         tb._fill(np.empty(4, dtype=np.uint32), tb._NONE, 0, IDS, 1, 0, 64)
     with pytest.raises(TypeError):
         tb._fill(IDS.tobytes(), tb._NONE, 0, IDS, 1, 0, 64)  # bytes: not writable
+
+
+@pytest.mark.parametrize("group", [1, 3, 8])
+def test_group_keys_of_a_turn_reuse_its_predecessors_ints(group):
+    """A turn's group keys (BlockKeys.of: every group's last block id) equal ids[group - 1::group]
+    computed afresh; those within the ids it shares with the previous turn are that turn's own int
+    objects (only the new groups' are converted), and a turn that forks keeps only the shared ones."""
+    from rackserve.sim.block_keys import BlockKeys
+
+    rng = np.random.default_rng(group)
+    hist = rng.integers(1, 2**63, size=30, dtype=np.uint64)
+    prev, prev_keys, reused = None, None, 0
+    for turn in range(12):
+        if turn % 5 == 4:  # a fork: the trace rewrote part of the history
+            hist = np.concatenate([hist[: len(hist) // 2], rng.integers(1, 2**63, size=5, dtype=np.uint64)])
+        hist = np.concatenate([hist, rng.integers(1, 2**63, size=int(rng.integers(1, 9)), dtype=np.uint64)])
+        tokens = len(hist) * 64 - int(rng.integers(0, 64))
+        ids = next_block_ids(prev, hist, 9, tokens, 64, tail=turn)
+        keys = BlockKeys.of(ids.as_tuple, group)
+        want = tuple(ids.ids[group - 1 :: group].tolist())
+        if ids.ids.size % group:
+            want += (int(ids.ids[-1]),)
+        assert keys.keys == want and keys.n_blocks == ids.ids.size
+        if prev_keys is not None:
+            n = min(prev.ids.size, ids.ids.size)
+            differ = np.flatnonzero(prev.ids[:n] != ids.ids[:n])
+            shared = int(differ[0]) if differ.size else n
+            k = min(shared // group, len(prev_keys))
+            reused += k
+            assert all(keys.keys[i] is prev_keys[i] for i in range(k))  # the same int objects
+        prev, prev_keys = ids, ids.as_tuple.group_keys(group)
+    assert reused > 0
