@@ -30,6 +30,7 @@ class LiveClusterView:
         self._prefill: tuple[RankState, ...] | None = None
         self._loads: dict[str, tuple[RankState, ...]] | None = None
         self._instances: dict[str, tuple[RankState, ...]] | None = None
+        self._inst_at: dict[RankId, tuple[str, int]] = {}  # a prefill rank's instance and place in it
 
     def state(self, key: RankId) -> RankState:
         return self._states[key]
@@ -43,7 +44,11 @@ class LiveClusterView:
         self._ranks = None
         if new.role == "prefill":
             self.prefill_by_key[new.key] = new
-            self._prefill = self._loads = self._instances = None
+            self._prefill = self._loads = None
+            if self._instances is not None:  # the rank's place in its instance's tuple: replaced there
+                inst, at = self._inst_at[new.key]
+                ranks = self._instances[inst]
+                self._instances[inst] = (*ranks[:at], new, *ranks[at + 1:])
 
     def _decode_key(self, r: RankState) -> tuple[int, int, int]:
         return (r.active_decode_blocks, r.running_seqs, self._pos[r.key])
@@ -80,8 +85,11 @@ class LiveClusterView:
         return self.prefill_by_key.get(key)
 
     def prefill_instances(self) -> dict[str, tuple[RankState, ...]]:
-        if self._instances is None:  # the simulator's ranks are all healthy: its prefill ranks, grouped
+        """Built once (the simulator's ranks are all healthy: its prefill ranks, grouped), then kept
+        up to date by `replace` (a rank keeps its instance and its place in it)."""
+        if self._instances is None:
             self._instances = prefill_instances(self.prefill_ranks())
+            self._inst_at = {r.key: (inst, i) for inst, ranks in self._instances.items() for i, r in enumerate(ranks)}
         return self._instances
 
     def prefill_by_load(self) -> dict[str, tuple[RankState, ...]]:

@@ -340,7 +340,7 @@ class Simulator(DecodeSide):
                 routed = self.router.match(view)
             finally:
                 self.kv.truth(False)
-        return regret_s(self.cost, view, self._view.prefill_ranks(), routed, chosen)
+        return regret_s(self.cost, view, self._view.prefill_ranks(), routed, chosen, cluster=self._view)
 
     def _start_prefill_step(self, now: float, idx: int) -> list[Event]:
         inst = self.prefill[idx]

@@ -378,3 +378,41 @@ def test_uncached_work_is_priced_once_per_layout_hbm_blocks_and_reachable_pool(c
         assert work(layout, hbm, inst) == want
     # distinct prices: p0/0 (20 blocks), the cold dep2 ranks (one pool, or one per instance), tp8
     assert len(calls) == (4 if scoped else 3)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_regret_by_load_equals_pricing_every_rank(cost, seed):
+    """regret_s given the cluster view (each layout's least-loaded cold rank, the holders and the
+    chosen rank priced) equals regret_s over every prefill rank, bit for bit: random queues (with
+    ties), holders, pool runs and chosen ranks, on the live view and on a frozen ClusterView."""
+    import random
+
+    from rackserve.routing.match import PrefixMatch
+    from rackserve.routing.regret import regret_s
+    from rackserve.sim.live_view import LiveClusterView
+
+    rng = random.Random(seed)
+    layouts = ["dep2", "tp8", "wide-ep"]
+    checked = 0
+    for _ in range(200):
+        ranks = []
+        for i in range(rng.randint(1, 6)):
+            layout = rng.choice(layouts)
+            for d in range(rng.choice([1, 2, 4])):
+                q = rng.choice([0.0, 0.5, 1e-3 * rng.randint(0, 50), rng.random()])
+                ranks.append(RankState(f"p{i}", d, layout, "prefill", rng.randint(0, 9000), q, 0, rng.randint(0, 4)))
+        ranks.append(RankState("d0", 0, "wide-ep", "decode"))
+        frozen, live = ClusterView(tuple(ranks)), LiveClusterView(ranks)
+        prefill = [r for r in ranks if r.role == "prefill"]
+        held = {r.key: rng.randint(1, 30) for r in rng.sample(prefill, rng.randint(0, min(3, len(prefill))))}
+        if rng.random() < 0.3:
+            held[("d0", 0)] = 5  # a decode rank's cache: never a target
+        pool = {s: (rng.randint(0, 10), rng.randint(0, 10)) for s in {0, *held.values()}}
+        match = PrefixMatch(16, rng.randint(2, 900), held, pool)
+        req = RequestView((), match.prompt_tokens, 16)
+        for chosen in {rng.choice(prefill).key, *held}:
+            want = regret_s(cost, req, frozen.prefill_ranks(), match, chosen)
+            assert regret_s(cost, req, frozen.prefill_ranks(), match, chosen, cluster=frozen) == want
+            assert regret_s(cost, req, live.prefill_ranks(), match, chosen, cluster=live) == want
+            checked += want > 0
+    assert checked > 50  # regrets that are not zero were compared too
