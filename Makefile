@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: up test lint bench clean venv
 
-$(STAMP): pyproject.toml setup.py rackserve/sim/_lruset.c rackserve/workload/_blockids.c rackserve/kv/_poolcore.c
+$(STAMP): pyproject.toml setup.py rackserve/splitmix.h rackserve/sim/_lruset.c rackserve/workload/_blockids.c rackserve/kv/_poolcore.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'

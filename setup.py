@@ -8,9 +8,10 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension("rackserve.sim._lruset", ["rackserve/sim/_lruset.c"], extra_compile_args=["-O2"], optional=True),
-        Extension("rackserve.workload._blockids", ["rackserve/workload/_blockids.c"], extra_compile_args=["-O2"],
-                  optional=True),
+        Extension("rackserve.sim._lruset", ["rackserve/sim/_lruset.c"], depends=["rackserve/splitmix.h"],
+                  extra_compile_args=["-O2"], optional=True),
+        Extension("rackserve.workload._blockids", ["rackserve/workload/_blockids.c"], depends=["rackserve/splitmix.h"],
+                  extra_compile_args=["-O2"], optional=True),
         Extension("rackserve.kv._poolcore", ["rackserve/kv/_poolcore.c"], extra_compile_args=["-O2"], optional=True),
     ],
 )

@@ -20,6 +20,8 @@ next turn fills with another block) keeps that block alone. In an agentic replay
 its conversation's whole history, so the eager order cost one `move_to_end` per stored block of every
 prompt (~144 of them, in a table of millions: 14.5% of a 900 s rack point); lazily a turn costs a
 small-set intersection, and the log holds one path per conversation and one block per earlier turn.
+The marks on a path (logged paths' last blocks and their parents) are found among its root's marks by
+depth when the path is known from its root (`_rooted`), else by asking for each of its blocks.
 """
 
 from __future__ import annotations
@@ -265,7 +267,7 @@ class PoolChains:
             if root is not None:  # the marks on the path (its marked parts: `more`, then `keys`)
                 m = len(more) if more else 0
                 span = m + len(keys) if marked is None else (m if marked else 0)
-                found: Iterable[tuple[Sequence[int] | set[int], ...]] = (self._found_rooted(root, keys, more, span),)
+                found: Iterable[Iterable[int]] = (self._found_rooted(root, keys, more, span),)
             else:
                 if marked is None:
                     marked = (keys, more) if more else (keys,)

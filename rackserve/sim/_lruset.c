@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../splitmix.h"
+
 #define NIL (-1)
 
 /* a hint to start loading a cache line that will be read soon: the tables of a rack's ranks do not
@@ -44,14 +46,7 @@ typedef struct {
     uint64_t mask;    /* slots - 1 */
 } LruSet;
 
-static inline uint64_t mix(uint64_t x) {  /* splitmix64's finalizer: small sequential keys spread too */
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
+#define mix splitmix64  /* the index's hash: small sequential keys spread too */
 
 /* A Python int as (bits, negative); -1 with an exception set when it is not one of the range. */
 static inline int to_key(PyObject *o, uint64_t *k, uint8_t *neg) {

@@ -11,19 +11,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../splitmix.h"
+
 #define TRACE_BLOCK_TOKENS 64
 #define ID_MUL 0x9E3779B97F4A7C15ULL
 #define POS_MUL 0xD6E8FEB86659FD93ULL
 #define TAIL_BIT (1ULL << 63)
-
-static inline uint64_t mix64(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xBF58476D1CE4E5B9ULL;
-    x ^= x >> 27;
-    x *= 0x94D049BB133111EBULL;
-    x ^= x >> 31;
-    return x;
-}
 
 /* fill(out, prev, keep, hash_ids, salt, tail, block_tokens): out[:keep] = prev[:keep], out[j] for the rest */
 static PyObject *fill(PyObject *module, PyObject *args) {
@@ -53,7 +46,7 @@ static PyObject *fill(PyObject *module, PyObject *args) {
     for (Py_ssize_t j = keep; j < count; j++) {
         Py_ssize_t last = block_tokens == TRACE_BLOCK_TOKENS ? j : ((j + 1) * block_tokens - 1) / TRACE_BLOCK_TOKENS;
         uint64_t content = last < n ? h[last] : own;
-        o[j] = mix64(content * ID_MUL + (uint64_t)j * POS_MUL + (uint64_t)salt);
+        o[j] = splitmix64(content * ID_MUL + (uint64_t)j * POS_MUL + (uint64_t)salt);
     }
     result = Py_NewRef(Py_None);
 done:
