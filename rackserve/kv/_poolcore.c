@@ -4,7 +4,7 @@
  * StoredBlock:
  * Same fields, order, mutability, equality and repr as the dataclass it stands for (pool_chains.py keeps
  * that as `PyStoredBlock`, the reference its tests hold this to). A rack point holds millions of these:
- * made by a plain C constructor (no Python __init__ frame, ~3x faster) and 16 bytes smaller, with no
+ * made by a plain C constructor (no Python __init__ frame: ~2x faster, 84 against 167 ns) and 16 bytes smaller, with no
  * garbage-collector header, since its fields hold ints, strings and None only (no reference cycles can
  * go through it; assigning a container to a field is not supported). */
 

@@ -43,7 +43,7 @@ _PREFIX, _TOUCH, _COMMIT, _ADD = 1, 2, 3, 4
 @dataclass(slots=True)
 class PyStoredBlock:
     """A block the pool stores. `StoredBlock` is this record as a C type where it is built
-    (kv/_poolcore.c: the same fields, equality and repr; made ~3x faster and 16 bytes smaller, which
+    (kv/_poolcore.c: the same fields, equality and repr; made ~2x faster and 16 bytes smaller, which
     counts at millions of blocks), else this class; it is the reference the tests hold the C one to."""
 
     block_hash: int
