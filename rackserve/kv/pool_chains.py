@@ -127,10 +127,10 @@ class PoolChains:
         parent is the (i-1)-th, by bisection: the pool is prefix-closed along a chain and its
         tiers only get slower along it (pool_tiers.py), so both are leading runs (the second
         needs no search while pool_dram holds nothing)."""
-        end = _leading_run(hashes, len(hashes), self._all)
+        end = leading_run(hashes, len(hashes), self._all)
         if not end or not self._lru[POOL_TIERS[1]]:
             return end, end
-        return end, _leading_run(hashes, end, self._hbm)
+        return end, leading_run(hashes, end, self._hbm)
 
     def blocks(self, tier: PoolTier) -> list[StoredBlock]:
         """A tier's blocks from least to most recently used."""
@@ -375,7 +375,7 @@ class PoolChains:
         if end <= 0:
             return
         dram = self._lru[POOL_TIERS[1]]
-        n_hbm = _leading_run(chain, end, self._hbm) if dram else end
+        n_hbm = leading_run(chain, end, self._hbm) if dram else end
         deque(map(dram.move_to_end, reversed(chain[n_hbm:end])), maxlen=0)
         deque(map(self._hbm.move_to_end, reversed(chain[:n_hbm])), maxlen=0)
         self._touch_ancestors(chain[0])
@@ -442,5 +442,3 @@ class PoolChains:
             seen += map(_HASH, chunk)
             passed = sum(map(lru.__contains__, seen))  # earlier ones may have gone since, too
             size *= 2
-
-_leading_run = leading_run  # (hashes, hi, members): members are prefix-closed along the chain

@@ -27,15 +27,9 @@ class BlockKeys:
     @staticmethod
     def of(blocks: Sequence[int], group: int) -> BlockKeys:
         n = len(blocks)
-        if isinstance(blocks, BlockHashes):  # a replayed turn's: its predecessor's keys reused
-            keys = blocks.group_keys(group)
-        elif group == 1:
-            return BlockKeys(tuple(blocks), blocks, 1, n)
-        else:
-            keys = tuple(blocks[group - 1 :: group])
-        if group == 1:
-            return BlockKeys(keys, blocks, 1, n)
-        if n % group:
+        # a replayed turn's blocks reuse their predecessor's keys (BlockHashes.group_keys)
+        keys = blocks.group_keys(group) if isinstance(blocks, BlockHashes) else tuple(blocks[group - 1 :: group])
+        if n % group:  # never with group 1
             keys += (blocks[-1],)
         return BlockKeys(keys, blocks, group, n)
 
