@@ -6,7 +6,9 @@
  * that as `PyStoredBlock`, the reference its tests hold this to). A rack point holds millions of these:
  * made by a plain C constructor (no Python __init__ frame: ~2x faster, 84 against 167 ns) and 16 bytes smaller, with no
  * garbage-collector header, since its fields hold ints, strings and None only (no reference cycles can
- * go through it; assigning a container to a field is not supported). */
+ * go through it; assigning a container to a field is not supported). `child` is the pool's link to one of
+ * the block's stored children (pool_chains.py: the others, where a chain forks, in a table of their own):
+ * on the parent's record, not in a table of millions keyed by the parent's hash. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -17,33 +19,38 @@
 typedef struct {
     PyObject_HEAD
     PyObject *f[NFIELDS]; /* block_hash, size, charge, owner, tier, parent_hash */
+    PyObject *child;      /* the pool's link to one stored child (None: none); not compared, not shown */
 } Record;
 
-static const char *names[NFIELDS + 1] = {"block_hash", "size", "charge", "owner", "tier", "parent_hash", NULL};
+static const char *names[NFIELDS + 2] = {"block_hash", "size", "charge", "owner", "tier", "parent_hash", "child",
+                                         NULL};
 
 static PyTypeObject RecordType;
 
 static PyObject *Record_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     PyObject *v[NFIELDS] = {NULL};
+    PyObject *child = Py_None;
     Py_ssize_t n = PyTuple_GET_SIZE(args);
     if (kw == NULL && n == NFIELDS) { /* the hot path: positional, as the pool makes them */
         for (int i = 0; i < NFIELDS; i++) v[i] = PyTuple_GET_ITEM(args, i);
-    } else if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO:StoredBlock", (char **)names, &v[0], &v[1], &v[2],
-                                            &v[3], &v[4], &v[5])) {
+    } else if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOO|O:StoredBlock", (char **)names, &v[0], &v[1], &v[2],
+                                            &v[3], &v[4], &v[5], &child)) {
         return NULL;
     }
     Record *r = (Record *)type->tp_alloc(type, 0);
     if (r == NULL) return NULL;
     for (int i = 0; i < NFIELDS; i++) r->f[i] = Py_NewRef(v[i]);
+    r->child = Py_NewRef(child);
     return (PyObject *)r;
 }
 
 static void Record_dealloc(Record *r) {
     for (int i = 0; i < NFIELDS; i++) Py_CLEAR(r->f[i]);
+    Py_CLEAR(r->child);
     Py_TYPE(r)->tp_free((PyObject *)r);
 }
 
-/* as the dataclass: equal when the other is of the same class and every field is equal, in order */
+/* as the dataclass: equal when the other is of the same class and every compared field is equal, in order */
 static PyObject *Record_richcompare(PyObject *a, PyObject *b, int op) {
     if ((op != Py_EQ && op != Py_NE) || Py_TYPE(b) != Py_TYPE(a)) Py_RETURN_NOTIMPLEMENTED;
     Record *x = (Record *)a, *y = (Record *)b;
@@ -61,7 +68,7 @@ static PyObject *Record_repr(Record *r) {
 }
 
 static PyObject *Record_reduce(Record *r, PyObject *unused) {  /* pickles as its constructor call */
-    return Py_BuildValue("(O(OOOOOO))", Py_TYPE(r), r->f[0], r->f[1], r->f[2], r->f[3], r->f[4], r->f[5]);
+    return Py_BuildValue("(O(OOOOOOO))", Py_TYPE(r), r->f[0], r->f[1], r->f[2], r->f[3], r->f[4], r->f[5], r->child);
 }
 
 static PyMethodDef Record_methods[] = {
@@ -77,6 +84,7 @@ static PyMemberDef Record_members[] = {
     {"tier", T_OBJECT, offsetof(Record, f) + 4 * sizeof(PyObject *), 0, "the tier it is in"},
     {"parent_hash", T_OBJECT, offsetof(Record, f) + 5 * sizeof(PyObject *), 0,
      "the block before it in its chain (None: a chain's root)"},
+    {"child", T_OBJECT, offsetof(Record, child), 0, "one stored child's hash, the pool's link (None: none)"},
     {NULL},
 };
 
@@ -93,7 +101,7 @@ static PyTypeObject RecordType = {
     .tp_name = "rackserve.kv._poolcore.StoredBlock",
     .tp_basicsize = sizeof(Record),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "StoredBlock(block_hash, size, charge, owner, tier, parent_hash): a block the pool stores",
+    .tp_doc = "StoredBlock(block_hash, size, charge, owner, tier, parent_hash, child=None): a block the pool stores",
     .tp_new = Record_new,
     .tp_dealloc = (destructor)Record_dealloc,
     .tp_richcompare = Record_richcompare,

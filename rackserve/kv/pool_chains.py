@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from itertools import islice
+from dataclasses import dataclass, field
+from itertools import islice, repeat
 from operator import attrgetter
 
 from rackserve.kv.pool_limits import POOL_TIERS, PoolTier
@@ -52,6 +52,9 @@ class PyStoredBlock:
     owner: str
     tier: PoolTier
     parent_hash: int | None  # the block before this one in its chain (None = a chain's root)
+    # the pool's link to one of its stored children (PoolChains; the others, where a chain forks, in
+    # its _siblings): kept on the parent's record, not in a table of millions keyed by its hash
+    child: int | None = field(default=None, compare=False, repr=False)
 
 
 def py_leading_run(hashes: Sequence[int], hi: int, *tables: Container[int]) -> int:
@@ -92,9 +95,8 @@ class PoolChains:
         self._lru: dict[PoolTier, OrderedDict[int, StoredBlock]] = {t: OrderedDict() for t in POOL_TIERS}
         self._all: dict[int, StoredBlock] = {}  # every stored block, whatever its tier (one lookup)
         self._hbm = self._lru[POOL_TIERS[0]]
-        # parent hash -> one of its stored children; its other stored children (a chain that forks)
-        # in _siblings. One int per parent instead of a set: no object per stored block.
-        self._child: dict[int, int] = {}
+        # a stored block's stored children: one on its record (StoredBlock.child), the others (a
+        # chain that forks) here, parent hash -> set. No table entry per stored block.
         self._siblings: dict[int, set[int]] = {}
         self._log: list[list] = []  # order changes not yet applied to the tiers, oldest first
         # a logged path's last block, and that block's parent -> the entry (one entry per block: a
@@ -150,7 +152,8 @@ class PoolChains:
         return [b for k in kids if (b := self.get(k)) is not None]
 
     def _kids(self, block_hash: int) -> list[int]:
-        one = self._child.get(block_hash)
+        block = self._all.get(block_hash)
+        one = None if block is None else block.child
         if one is None:
             return []
         return [one, *self._siblings.get(block_hash, ())]
@@ -158,7 +161,7 @@ class PoolChains:
     def is_leaf(self, block: StoredBlock, within: PoolTier | None = None) -> bool:
         """No stored child (in tier `within`, or in any tier when None)."""
         h = block.block_hash
-        one = self._child.get(h)
+        one = block.child
         if within is None or one is None:
             return one is None
         if self.tier_of(one) == within:
@@ -167,30 +170,34 @@ class PoolChains:
         return not more or all(self.tier_of(k) != within for k in more)
 
     def _link(self, parent: int, child: int) -> None:
-        """Record `child` as a stored child of `parent`."""
-        one = self._child.setdefault(parent, child)
-        if one != child:
+        """Record `child` as a stored child of `parent` (a stored block)."""
+        record = self._all[parent]
+        one = record.child
+        if one is None:
+            record.child = child
+        elif one != child:
             self._siblings.setdefault(parent, set()).add(child)
 
-    def link_chain(self, first_parent: int | None, chain: list[int]) -> None:
+    def link_chain(self, first_parent: int | None, chain: list[int], blocks: list[StoredBlock]) -> None:
         """Record a committed chain's links: chain[0] under `first_parent` (None: a root), each
-        later hash under the one before it (new parents: one child each, in one C-level update)."""
-        child = self._child
-        if first_parent is not None and child.setdefault(first_parent, chain[0]) != chain[0]:  # _link
-            self._siblings.setdefault(first_parent, set()).add(chain[0])
-        child.update(zip(chain[:-1], chain[1:], strict=True))
+        later hash under the one before it (`blocks`: the chain's records, new, so each has no
+        child yet: one each, set in a C-level pass)."""
+        if first_parent is not None:
+            self._link(first_parent, chain[0])
+        deque(map(setattr, blocks[:-1], repeat("child"), chain[1:]), maxlen=0)
 
     def _unlink(self, parent: int, child: int) -> None:
         """Forget `child` as a stored child of `parent`."""
-        if self._child.get(parent) == child:
+        record = self._all.get(parent)
+        if record is not None and record.child == child:
             more = self._siblings.get(parent)
             if more:
-                self._child[parent] = min(more)
-                more.discard(self._child[parent])
+                record.child = min(more)
+                more.discard(record.child)
                 if not more:
                     del self._siblings[parent]
             else:
-                del self._child[parent]
+                record.child = None
             return
         more = self._siblings.get(parent)
         if more is not None:
@@ -400,7 +407,6 @@ class PoolChains:
         for tier in POOL_TIERS:
             self._lru[tier].clear()
         self._all.clear()
-        self._child.clear()
         self._siblings.clear()
 
     # ---- eviction order --------------------------------------------------------------------

@@ -274,7 +274,7 @@ class PoolPut:
             for block in reversed(blocks):  # PoolChains.add without its orphan check (checked above)
                 lru[block.tier][block.block_hash] = block
         chains._all.update(zip(chain, blocks, strict=True))
-        chains.link_chain(first, chain)  # each parent but the first is new: one child each
+        chains.link_chain(first, chain, blocks)  # each parent but the first is new: one child each
         self._emit_stored(blocks, chain)
         self.counters.committed_blocks += len(items)
         booked.clear()
@@ -298,7 +298,7 @@ class PoolPut:
         self._reserved[tier] -= put.total
         chains._lru[tier].update(zip(reversed(chain), reversed(blocks), strict=True))
         chains._all.update(zip(chain, blocks, strict=True))
-        chains.link_chain(first, chain)  # each parent but the first is new: one child each
+        chains.link_chain(first, chain, blocks)  # each parent but the first is new: one child each
         self._outbox.emit_run(tier, chain, first)
         self.counters.committed_blocks += len(chain)
         booked.clear()

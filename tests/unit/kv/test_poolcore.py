@@ -1,5 +1,6 @@
 """The pool's stored-block record in C (kv/_poolcore.c) against the dataclass it stands for
-(pool_chains.PyStoredBlock): the same fields, mutability, equality, hashing, repr and pickling."""
+(pool_chains.PyStoredBlock): the same fields, mutability, equality, hashing, repr and pickling, and the
+pool's child link outside equality and repr."""
 
 import pickle
 import shutil
@@ -47,11 +48,24 @@ def test_the_c_record_behaves_as_the_dataclass():
 
 
 @needs_c
+def test_the_child_link_is_kept_but_neither_compared_nor_shown():
+    """`child` (the pool's link to one stored child) as the dataclass has it: None unless given, set in
+    place, pickled, and outside equality and repr (two records of one block are equal whatever links)."""
+    for cls in (StoredBlock, PyStoredBlock):
+        one, two = cls(*ARGS), cls(*ARGS, child=12)
+        assert one.child is None and two.child == 12 and cls(*ARGS, 13).child == 13
+        assert one == two and repr(one) == repr(two) and "child" not in repr(two)
+        one.child = 2**64 - 2
+        back = pickle.loads(pickle.dumps(one))
+        assert back.child == 2**64 - 2 and back == one
+
+
+@needs_c
 def test_the_c_record_names_bad_arguments():
     with pytest.raises(TypeError):
         StoredBlock(*ARGS[:5])  # a field missing
     with pytest.raises(TypeError):
-        StoredBlock(*ARGS, 1)  # one too many
+        StoredBlock(*ARGS, 1, 2)  # one too many (the seventh is `child`)
     with pytest.raises(TypeError):
         StoredBlock(*ARGS[:5], parent=None)  # not a field
 
