@@ -76,10 +76,12 @@ def _regret_by_load(cost: CostModel, request: RequestView, view: LoadView, match
             best = c
         if key == chosen:
             mine = c
+    seen = work.seen  # one pool for all (the caller's condition): its memo keys ignore the instance
     for ranks in view.prefill_by_load().values():
         cold = next((r for r in ranks if r.key not in held), None)
         if cold is not None:
-            c = cold.queued_work_s + work(cold.layout, 0, cold.instance)
+            w = seen.get((cold.layout, 0, None))
+            c = cold.queued_work_s + (work(cold.layout, 0, cold.instance) if w is None else w)
             if c < best:
                 best = c
     if mine is None:

@@ -71,24 +71,25 @@ class LeastUncachedWork:
         """Each instance's least-loaded rank and every rank holding part of the prompt in HBM,
         priced with the instance's pool (when pools are per instance) and the lockstep idle."""
         in_hbm = match.rank_blocks
-        best: tuple[float, tuple[float, int, int, RankId]] | None = None
+        best = 0.0  # the pick's priced cost
         pick: RankState | None = None
         score = 0.0
         work = UncachedWork(self._cost, match, request.prompt_tokens)
+        seen = None if work.scoped else work.seen  # work's memo, read in place (no call on a hit)
         balance = self._balance
         # per request over every prefill rank: the builtins min/max written out (the same values:
         # max(0.0, x) is x only where x > 0.0, min(a, b) is b only where b < a, and the first of
         # equal load orders stays the coldest)
         for ranks in cluster.prefill_instances().values():  # unhealthy ranks too: lockstep siblings
             busiest = None
-            if balance and len(ranks) > 1:
-                for r in ranks:
+            lockstep = balance and len(ranks) > 1
+            coldest = None
+            cold_order = None
+            for r in ranks:  # the busiest rank's queued work (lockstep) and the coldest healthy rank
+                if lockstep:
                     q = r.queued_work_s
                     if busiest is None or q > busiest:
                         busiest = q
-            coldest = None
-            cold_order = None
-            for r in ranks:
                 if r.healthy and r.key not in in_hbm:
                     order = r.load_order
                     if coldest is None or order < cold_order:
@@ -97,7 +98,9 @@ class LeastUncachedWork:
                 if not rank.healthy or (rank is not coldest and rank.key not in in_hbm):
                     continue
                 q = rank.queued_work_s
-                done = q + work(rank.layout, in_hbm.get(rank.key, 0), rank.instance)
+                hbm = in_hbm.get(rank.key, 0)
+                w = None if seen is None else seen.get((rank.layout, hbm, None))
+                done = q + (work(rank.layout, hbm, rank.instance) if w is None else w)
                 if busiest is not None:  # + the siblings' idle, + the stall behind their step in progress
                     stall = busiest - q
                     full = self._full.get(rank.layout)
@@ -109,10 +112,10 @@ class LeastUncachedWork:
                     priced = done + (over if over > 0.0 else 0.0) + (stall if stall > 0.0 else 0.0)
                 else:
                     priced = done
-                key = (priced, rank.load_order)
-                if best is None or key < best:
-                    best, pick, score = key, rank, done
-        assert best is not None and pick is not None
+                # (priced, load order) against the best's, compared as tuples compare, none built
+                if pick is None or priced < best or (priced == best and rank.load_order < pick.load_order):
+                    best, pick, score = priced, rank, done
+        assert pick is not None
         return Scored(pick, score)  # the score stays the estimated finish (seconds)
 
     def _choose_by_layout(self, request: RequestView, cluster: ClusterView, match: PrefixMatch) -> Scored:
