@@ -274,14 +274,8 @@ class CachedTiming:
         if n == 0:
             return (0, 0, 0, 0, 0)
         ctx = float(dot) / total if total else 0.0
-        # self.grid(x) for each, its memo read in place (a grid point is never 0, so `or` falls
-        # through only on a miss); the integers up to EXACT_BELOW are their own points
         g = self.grid
-        get = g._memo.get
-        return (n if n <= EXACT_BELOW else get(n) or g(n), total if total <= EXACT_BELOW else get(total) or g(total),
-                g(ctx) if ctx <= EXACT_BELOW else get(ctx) or g(ctx),
-                pool_hbm if pool_hbm <= EXACT_BELOW else get(pool_hbm) or g(pool_hbm),
-                pool_dram if pool_dram <= EXACT_BELOW else get(pool_dram) or g(pool_dram))
+        return (g(n), g(total), g(ctx), g(pool_hbm), g(pool_dram))
 
 
 def _totals(rb: RankBatch) -> tuple[int, int, int, int, int]:
