@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from rackserve.search.plan import Candidate
 from rackserve.search.rack import Config, RackSpec, scenario_of
-from rackserve.sim.run import shared_timing, simulate
+from rackserve.sim.run import keep_steps, shared_timing, simulate
 from rackserve.sim.validity import Validity, coverage_at_window
 
 RAY_ENV = {  # local, loopback-only, offline Ray (ENVIRONMENT.md)
@@ -41,7 +41,9 @@ def replay_point(rack: dict, config: dict, concurrency: int, window_s: float | N
     scenario = scenario_of(spec, cfg, concurrency)
     # the worker's step-cost memo for this timing section: replays after the first on a worker
     # find the steps earlier ones priced (the same figures, sooner; rackserve.sim.run.shared_timing)
-    res = simulate(scenario, policy=cfg.policy, timing=shared_timing(scenario)).to_dict()
+    timing = shared_timing(scenario)
+    res = simulate(scenario, policy=cfg.policy, timing=timing).to_dict()
+    keep_steps(scenario, timing)  # for later replays in other processes, where a step store is configured
     row = {k: res.get(k) for k in RESULT_KEYS}
     if spec.search.window_s < nominal:  # a cut window: validity as the rack's window would judge it
         cov = coverage_at_window(res["completed"], res["rejected"], res["metric_coverage"],

@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rackserve.sim.cli_args import console, csv_list, load_with_overrides
+from rackserve.sim.cli_args import console, csv_list, load_with_overrides, use_step_store
 from rackserve.sim.progress import ProgressTick
 from rackserve.sim.report import plot_throughput_vs_speed, plot_ttft_cdf, summary_table, write_json
-from rackserve.sim.run import run_policies
+from rackserve.sim.run import keep_steps, run_policies, shared_timing
 
 run_app = typer.Typer(add_completion=False)
 INVALID_EXIT = 3  # `rackserve sim`: a run failed AgentX's validity checks (rackserve/sim/validity.py)
@@ -49,17 +49,22 @@ def simulate(
     duration: Annotated[float | None, typer.Option(help="override the workload's duration_s")] = None,
     allow_invalid: Annotated[bool, typer.Option(
         help="exit 0 even when a run fails AgentX's validity checks (overflow > 1%, coverage < 95%)")] = False,
+    step_store: Annotated[Path | None, typer.Option(
+        help="keep priced steps in this folder for later runs (default: $RACKSERVE_STEP_STORE)")] = None,
 ) -> None:
     """Simulate SCENARIO once per policy on the same arrivals; print a summary, write JSON + plots.
     Exits 3 when a run is invalid by AgentX's rules, unless --allow-invalid."""
+    use_step_store(step_store)
     sc = load_with_overrides(scenario, trace, concurrency, duration)
     policies = csv_list(policy) if policy else [sc.config.routing.policy]
+    timing = shared_timing(sc)  # with the step store's entries, where one is configured
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as bar:
         try:
-            results = run_policies(sc, policies, progress=lambda name: progress_bar(bar, name))
+            results = run_policies(sc, policies, timing, progress=lambda name: progress_bar(bar, name))
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
+    keep_steps(sc, timing)
     console.print(summary_table(results))
     out.mkdir(parents=True, exist_ok=True)
     write_json(results, out / f"{sc.name}.json", {"scenario": sc.name, "policies": policies})

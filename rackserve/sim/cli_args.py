@@ -3,6 +3,7 @@ its command-line overrides (a bad scenario or trace is a typer.BadParameter nami
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -10,6 +11,7 @@ from rich.console import Console
 
 from rackserve.sim.run import with_concurrency, with_trace
 from rackserve.sim.scenario import Scenario, load_scenario
+from rackserve.sim.step_store import ENV as STEP_STORE_ENV
 
 console = Console()
 
@@ -32,3 +34,13 @@ def load_with_overrides(
         return sc
     except (ValueError, OSError) as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def use_step_store(directory: Path | None) -> None:
+    """--step-store DIR: priced steps kept there for later runs (rackserve/sim/step_store.py), through
+    the environment so that a search's Ray workers see it too."""
+    if directory is None:
+        return
+    if directory.exists() and not directory.is_dir():
+        raise typer.BadParameter(f"--step-store: {directory} is not a directory")
+    os.environ[STEP_STORE_ENV] = str(directory)

@@ -12,6 +12,7 @@ from rackserve.sim.scenario import Scenario
 from rackserve.sim.simulator import Simulator
 from rackserve.sim.sizing import prefill_chunk_tokens
 from rackserve.sim.step_cache import CachedTiming
+from rackserve.sim.step_store import fingerprint, from_env
 from rackserve.timing.timing_model import TimingModel
 from rackserve.workload.build import build_source, trace_workload
 from rackserve.workload.mooncake import read_trace, trace_requests
@@ -58,7 +59,27 @@ def shared_timing(scenario: Scenario) -> CachedTiming:
         if len(_TIMINGS) >= SHARED_TIMINGS:
             _TIMINGS.pop(next(iter(_TIMINGS)))  # the oldest: its memo and router tables go with it
         timing = _TIMINGS[key] = timing_for(scenario)
+        store = from_env()
+        if store is not None:
+            store.load(timing, store_key(scenario, timing))
+            timing.stored_misses = timing.misses
     return timing
+
+
+def store_key(scenario: Scenario, timing: CachedTiming) -> str:
+    """The step store's file for this scenario's cost model (rackserve/sim/step_store.py)."""
+    return fingerprint(scenario.config.timing.model_dump_json(), prefill_chunk_tokens(scenario.sim),
+                       timing.grid_params())
+
+
+def keep_steps(scenario: Scenario, timing: CachedTiming) -> None:
+    """Write what `timing` priced since it was loaded or last kept to the step store, where one is
+    configured ($RACKSERVE_STEP_STORE); nothing when it priced nothing new."""
+    store = from_env()
+    if store is None or timing.misses == getattr(timing, "stored_misses", -1):
+        return
+    store.save(timing, store_key(scenario, timing))
+    timing.stored_misses = timing.misses
 
 
 def source_factory(scenario: Scenario) -> Callable[[], ArrivalSource]:

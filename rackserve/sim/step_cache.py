@@ -63,6 +63,24 @@ class CachedTiming:
     def speculation(self) -> Any:
         return self.timing.speculation
 
+    def grid_params(self) -> tuple:
+        """What the memo's keys depend on besides the cost model (part of a step store's fingerprint)."""
+        return (self.grid.rel, self._coarse.rel, EXACT_BELOW)
+
+    def entries(self) -> dict[str, dict]:
+        """The memo's tables of priced steps (what rackserve/sim/step_store.py keeps on disk)."""
+        return {"steps": self._steps, "estimates": self._estimates, "ratios": self._ratios, "plains": self._plains}
+
+    def absorb(self, entries: dict[str, dict]) -> int:
+        """Add stored entries (StepStore.load) to the memo's tables; entries it holds stay. How many were new."""
+        new = 0
+        for name, table in self.entries().items():
+            for key, value in entries.get(name, {}).items():
+                if key not in table:
+                    table[key] = value
+                    new += 1
+        return new
+
     def layout(self, name: str, ranks: int | None = None) -> Any:
         return self.timing.layout(name, ranks=ranks)
 
