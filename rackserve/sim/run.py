@@ -52,17 +52,18 @@ def shared_timing(scenario: Scenario) -> CachedTiming:
     """One CachedTiming per (timing section, prefill chunk) in this process, so the points of a
     sweep, or the replays of a frontier search that land on one worker, share its memo: a key
     always prices the same representative batch, so sharing changes no figure, only speed. The
-    chunk is part of the key: it is the router's reference step (timing_for)."""
+    chunk is part of the key: it is the router's reference step (timing_for). With a step store
+    ($RACKSERVE_STEP_STORE), the memo also takes what was stored since it last looked."""
     key = (scenario.config.timing.model_dump_json(), prefill_chunk_tokens(scenario.sim))
     timing = _TIMINGS.get(key)
     if timing is None:
         if len(_TIMINGS) >= SHARED_TIMINGS:
             _TIMINGS.pop(next(iter(_TIMINGS)))  # the oldest: its memo and router tables go with it
         timing = _TIMINGS[key] = timing_for(scenario)
-        store = from_env()
-        if store is not None:
-            store.load(timing, store_key(scenario, timing))
-            timing.stored_misses = timing.misses
+        timing.stored_misses = timing.misses
+    store = from_env()
+    if store is not None:  # what this or another process (a search's other workers) stored since
+        store.refresh(timing, store_key(scenario, timing))
     return timing
 
 

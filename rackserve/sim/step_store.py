@@ -99,8 +99,24 @@ class StepStore:
 
     def load(self, timing: Any, key: str) -> int:
         """Put the stored entries into `timing`'s memo (what it holds already stays); how many were new."""
+        timing.store_stamp = self.stamp(key)
         entries = _read(self.path(key), key)
         return 0 if entries is None else timing.absorb(entries)
+
+    def stamp(self, key: str) -> tuple[int, int] | None:
+        """(modification time, size) of the store file, None where there is none: whether it changed."""
+        try:
+            st = self.path(key).stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
+    def refresh(self, timing: Any, key: str) -> int:
+        """`load` again where the file changed since `timing` last read or wrote it (another worker of
+        a search saved what it priced); 0 without reading where it did not."""
+        if self.stamp(key) == getattr(timing, "store_stamp", None):
+            return 0
+        return self.load(timing, key)
 
     def save(self, timing: Any, key: str) -> int:
         """Merge `timing`'s memo into the store file under a lock (atomic replace); the entries written."""
@@ -119,6 +135,8 @@ class StepStore:
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
+            timing.absorb(merged)  # what other writers had stored, now ours too
+            timing.store_stamp = self.stamp(key)
         return sum(len(t) for t in merged.values())
 
 

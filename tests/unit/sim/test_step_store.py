@@ -156,3 +156,27 @@ def test_sim_step_store_option(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, ["sim", str(path), "--out", str(tmp_path / "out"), "--step-store", str(path)])
     flat = "".join(ch for ch in res.output if not ch.isspace() and ch != "│")  # rich wraps a long path
     assert res.exit_code == 2 and "--step-store:" in flat and "isnotadirectory" in flat
+
+
+def test_workers_of_a_search_take_what_the_others_stored_since_they_looked(tmp_path, monkeypatch):
+    small, large = lazy_agentx(limit=6), lazy_agentx(limit=12)
+    a, b = timing_for(small), timing_for(large)  # two workers' memos, one cost model
+    store = StepStore(tmp_path)
+    key = store_key(small, a)
+    assert store.refresh(a, key) == 0 and store.refresh(b, key) == 0  # nothing stored yet
+    figures(small, a)
+    store.save(a, key)
+    reads = []
+    real_read = step_store._read
+    monkeypatch.setattr(step_store, "_read", lambda *args: reads.append(args) or real_read(*args))
+    assert store.refresh(a, key) == 0 and not reads  # its own save: the file is not read again
+    assert store.refresh(b, key) == sum(len(t) for t in a.entries().values()) and len(reads) == 1
+    figures(large, b)  # prices only what a did not
+    store.save(b, key)
+    assert store.refresh(a, key) > 0
+    assert {n: set(t) for n, t in a.entries().items()} == {n: set(t) for n, t in b.entries().items()}
+    c = timing_for(small)  # a worker that saves without having looked: it takes the file's entries as it writes
+    figures(small, c)
+    store.save(c, key)
+    assert store.refresh(c, key) == 0
+    assert {n: set(t) for n, t in c.entries().items()} == {n: set(t) for n, t in b.entries().items()}
