@@ -16,6 +16,13 @@ import pytest  # noqa: E402
 from services.redis_server import RedisServer  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _no_step_store_between_tests(monkeypatch):
+    """`rackserve sim` and `sim frontier` name a step store in the environment (for a search's Ray
+    workers): each test starts without one, and what a test's CLI run set is taken back after it."""
+    monkeypatch.delenv("RACKSERVE_STEP_STORE", raising=False)
+
+
 @pytest.fixture(scope="session")
 def redis_process():
     """The session's RedisServer object: `.url`, `.port`, `.restart_empty()` (same port, no data)."""

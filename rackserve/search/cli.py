@@ -37,10 +37,11 @@ def frontier(
     resume_from: Annotated[list[Path] | None, typer.Option(
         help="also keep the replayed points of this frontier.json of the same rack (repeatable)")] = None,
     step_store: Annotated[Path | None, typer.Option(
-        help="keep priced steps in this folder for later runs (default: $RACKSERVE_STEP_STORE)")] = None,
+        help="keep priced steps here for later runs (default: $RACKSERVE_STEP_STORE, else OUT/step-store)")] = None,
+    no_step_store: Annotated[bool, typer.Option(help="keep no priced steps, read none")] = False,
 ) -> None:
     """Screen every configuration, confirm the envelope by replay, report it as AgentX reads it."""
-    use_step_store(step_store)
+    use_step_store(step_store, out, not no_step_store)
     try:
         spec = with_trace(load_rack(rack), str(trace) if trace else None)
         if window_s is not None:

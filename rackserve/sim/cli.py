@@ -50,11 +50,12 @@ def simulate(
     allow_invalid: Annotated[bool, typer.Option(
         help="exit 0 even when a run fails AgentX's validity checks (overflow > 1%, coverage < 95%)")] = False,
     step_store: Annotated[Path | None, typer.Option(
-        help="keep priced steps in this folder for later runs (default: $RACKSERVE_STEP_STORE)")] = None,
+        help="keep priced steps here for later runs (default: $RACKSERVE_STEP_STORE, else OUT/step-store)")] = None,
+    no_step_store: Annotated[bool, typer.Option(help="keep no priced steps, read none")] = False,
 ) -> None:
     """Simulate SCENARIO once per policy on the same arrivals; print a summary, write JSON + plots.
     Exits 3 when a run is invalid by AgentX's rules, unless --allow-invalid."""
-    use_step_store(step_store)
+    use_step_store(step_store, out, not no_step_store)
     sc = load_with_overrides(scenario, trace, concurrency, duration)
     policies = csv_list(policy) if policy else [sc.config.routing.policy]
     timing = shared_timing(sc)  # with the step store's entries, where one is configured

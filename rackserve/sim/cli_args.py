@@ -36,11 +36,17 @@ def load_with_overrides(
         raise typer.BadParameter(str(exc)) from None
 
 
-def use_step_store(directory: Path | None) -> None:
-    """--step-store DIR: priced steps kept there for later runs (rackserve/sim/step_store.py), through
-    the environment so that a search's Ray workers see it too."""
-    if directory is None:
+def use_step_store(directory: Path | None, out: Path, enabled: bool = True) -> None:
+    """Where priced steps are kept for later runs (rackserve/sim/step_store.py): --step-store DIR, else
+    $RACKSERVE_STEP_STORE, else OUT/step-store; none with --no-step-store. Passed on through the
+    environment, so that a search's Ray workers use it too."""
+    if not enabled:
+        os.environ.pop(STEP_STORE_ENV, None)
         return
+    if directory is None:
+        if os.environ.get(STEP_STORE_ENV, "").strip():
+            return
+        directory = out / "step-store"
     if directory.exists() and not directory.is_dir():
         raise typer.BadParameter(f"--step-store: {directory} is not a directory")
     os.environ[STEP_STORE_ENV] = str(directory)

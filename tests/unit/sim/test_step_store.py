@@ -145,7 +145,6 @@ workload: {kind: uniform, concurrency: 2, requests: 6, prompt_tokens: 3000, outp
 
 
 def test_sim_step_store_option(tmp_path, monkeypatch):
-    monkeypatch.delenv(ENV, raising=False)  # the option sets it; restored after the test
     monkeypatch.setattr(sim_run, "_TIMINGS", {})
     path = tmp_path / "tiny.yaml"
     path.write_text(SCENARIO)
@@ -153,6 +152,16 @@ def test_sim_step_store_option(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, ["sim", str(path), "--out", str(tmp_path / "out"), "--step-store", str(steps)])
     assert res.exit_code == 0, res.output
     assert len(list(steps.glob("steps-*.pkl"))) == 1
+    monkeypatch.delenv(ENV)
+    monkeypatch.setattr(sim_run, "_TIMINGS", {})  # each command is a process of its own
+    res = CliRunner().invoke(app, ["sim", str(path), "--out", str(tmp_path / "out2")])  # default: OUT/step-store
+    assert res.exit_code == 0, res.output
+    assert len(list((tmp_path / "out2" / "step-store").glob("steps-*.pkl"))) == 1
+    monkeypatch.delenv(ENV)
+    monkeypatch.setattr(sim_run, "_TIMINGS", {})
+    res = CliRunner().invoke(app, ["sim", str(path), "--out", str(tmp_path / "out3"), "--no-step-store"])
+    assert res.exit_code == 0, res.output
+    assert not (tmp_path / "out3" / "step-store").exists() and ENV not in os.environ
     res = CliRunner().invoke(app, ["sim", str(path), "--out", str(tmp_path / "out"), "--step-store", str(path)])
     flat = "".join(ch for ch in res.output if not ch.isspace() and ch != "│")  # rich wraps a long path
     assert res.exit_code == 2 and "--step-store:" in flat and "isnotadirectory" in flat
