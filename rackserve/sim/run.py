@@ -60,7 +60,6 @@ def shared_timing(scenario: Scenario) -> CachedTiming:
         if len(_TIMINGS) >= SHARED_TIMINGS:
             _TIMINGS.pop(next(iter(_TIMINGS)))  # the oldest: its memo and router tables go with it
         timing = _TIMINGS[key] = timing_for(scenario)
-        timing.stored_misses = timing.misses
     store = from_env()
     if store is not None:  # what this or another process (a search's other workers) stored since
         store.refresh(timing, store_key(scenario, timing))
@@ -77,10 +76,9 @@ def keep_steps(scenario: Scenario, timing: CachedTiming) -> None:
     """Write what `timing` priced since it was loaded or last kept to the step store, where one is
     configured ($RACKSERVE_STEP_STORE); nothing when it priced nothing new."""
     store = from_env()
-    if store is None or timing.misses == getattr(timing, "stored_misses", -1):
+    if store is None or timing.size() == getattr(timing, "stored_size", 0):
         return
     store.save(timing, store_key(scenario, timing))
-    timing.stored_misses = timing.misses
 
 
 def source_factory(scenario: Scenario) -> Callable[[], ArrivalSource]:

@@ -71,6 +71,10 @@ class CachedTiming:
         """The memo's tables of priced steps (what rackserve/sim/step_store.py keeps on disk)."""
         return {"steps": self._steps, "estimates": self._estimates, "ratios": self._ratios, "plains": self._plains}
 
+    def size(self) -> int:
+        """Entries in the memo's tables (a step store saves when it grew)."""
+        return len(self._steps) + len(self._estimates) + len(self._ratios) + len(self._plains)
+
     def absorb(self, entries: dict[str, dict]) -> int:
         """Add stored entries (StepStore.load) to the memo's tables; entries it holds stay. How many were new."""
         new = 0

@@ -3,8 +3,9 @@ process, another search, a user's second `rackserve sim`) starts with them inste
 again. A first run of the Mooncake trace spends about two thirds of its time pricing steps
 (bench/results/sim_bounds.json); the next run that finds them here does not.
 
-Opt-in: a directory in $RACKSERVE_STEP_STORE (or `--step-store DIR` on `rackserve sim` and
-`rackserve sim frontier`, which set it, so that a search's Ray workers inherit it). One file per cost
+The library uses the directory in $RACKSERVE_STEP_STORE (rackserve.sim.run.shared_timing and
+keep_steps), none where it is unset; `rackserve sim` and `rackserve sim frontier` set it (OUT/step-store
+unless --step-store DIR or --no-step-store), so that a search's Ray workers inherit it. One file per cost
 model, named by a fingerprint of everything a priced step depends on: the timing section, the router's
 reference chunk, the memo's grid, numpy's version and the source of the timing model and the memo.
 A code change therefore starts a new file instead of reading stale prices. The figures of a run are
@@ -34,6 +35,9 @@ FORMAT = 1
 _PKG = Path(__file__).resolve().parents[1]
 _CODE = (_PKG / "timing", _PKG / "sim" / "step_cache.py")
 _ALLOWED = {("rackserve.timing.batch", "StepCost")}
+_VALUES = {"steps": lambda v: type(v).__name__ == "StepCost", "estimates": lambda v: isinstance(v, float),
+           "ratios": lambda v: isinstance(v, float),
+           "plains": lambda v: isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], float)}
 log = logging.getLogger(__name__)
 _code_hash: str | None = None
 
@@ -77,8 +81,8 @@ def _read(path: Path, key: str) -> dict[str, dict] | None:
     try:
         doc = _Unpickler(io.BytesIO(data)).load()
         if not (isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("key") == key
-                and isinstance(doc.get("entries"), dict)
-                and all(isinstance(v, dict) for v in doc["entries"].values())):
+                and isinstance(doc.get("entries"), dict) and set(doc["entries"]) <= set(_VALUES)
+                and all(isinstance(t, dict) and all(map(_VALUES[n], t.values())) for n, t in doc["entries"].items())):
             raise ValueError("not a step store file of this format and key")
         return doc["entries"]
     except Exception as exc:  # noqa: BLE001  a cache never fails a run: skip it, the next save replaces it
@@ -101,7 +105,9 @@ class StepStore:
         """Put the stored entries into `timing`'s memo (what it holds already stays); how many were new."""
         timing.store_stamp = self.stamp(key)
         entries = _read(self.path(key), key)
-        return 0 if entries is None else timing.absorb(entries)
+        new = 0 if entries is None else timing.absorb(entries)
+        timing.stored_size = getattr(timing, "stored_size", 0) + new  # what it priced itself stays unsaved
+        return new
 
     def stamp(self, key: str) -> tuple[int, int] | None:
         """(modification time, size) of the store file, None where there is none: whether it changed."""
@@ -137,6 +143,7 @@ class StepStore:
                 raise
             timing.absorb(merged)  # what other writers had stored, now ours too
             timing.store_stamp = self.stamp(key)
+            timing.stored_size = timing.size()
         return sum(len(t) for t in merged.values())
 
 

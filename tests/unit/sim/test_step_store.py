@@ -189,3 +189,29 @@ def test_workers_of_a_search_take_what_the_others_stored_since_they_looked(tmp_p
     store.save(c, key)
     assert store.refresh(c, key) == 0
     assert {n: set(t) for n, t in c.entries().items()} == {n: set(t) for n, t in b.entries().items()}
+
+
+def test_keep_steps_writes_when_the_memo_grew_and_a_load_does_not_count_as_saved(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV, str(tmp_path))
+    monkeypatch.setattr(sim_run, "_TIMINGS", {})
+    small, large = lazy_agentx(limit=6), lazy_agentx(limit=12)
+    other = timing_for(small)
+    figures(small, other)
+    StepStore(tmp_path).save(other, store_key(small, other))
+    t = shared_timing(large)  # loads what `other` stored
+    assert t.size() == other.size()
+    keep_steps(large, t)  # nothing new: not written
+    assert StepStore(tmp_path).load(timing_for(large), store_key(large, t)) == other.size()
+    figures(large, t)
+    assert t.size() > other.size()
+    keep_steps(large, t)
+    assert StepStore(tmp_path).load(timing_for(large), store_key(large, t)) == t.size()
+
+
+def test_values_of_the_wrong_type_are_not_read(tmp_path, caplog):
+    sc = lazy_agentx()
+    t = timing_for(sc)
+    store = StepStore(tmp_path)
+    key = store_key(sc, t)
+    store.path(key).write_bytes(pickle.dumps({"format": 1, "key": key, "entries": {"ratios": {("k",): "1.0"}}}))
+    assert store.load(t, key) == 0 and "not a step store" in caplog.text
