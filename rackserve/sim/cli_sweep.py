@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from rackserve.sim.cli_args import console, csv_list, load_with_overrides
+from rackserve.sim.cli_args import console, csv_list, load_with_overrides, use_step_store
 
 sweep_app = typer.Typer(add_completion=False)
 SCHEMA = "rackserve.sim.sweep/1"
@@ -42,12 +42,16 @@ def sweep(
     measure_start: Annotated[float | None, typer.Option(help="override the trace workload's measure_start_s")] = None,
     out: Annotated[Path, typer.Option(help="folder for sweep.json and sweep-frontier.png")] = Path("out/sim-sweep"),
     num_cpus: Annotated[int, typer.Option(help="Ray CPUs (tasks in parallel); 0 = in this process")] = 2,
+    step_store: Annotated[Path | None, typer.Option(
+        help="keep priced steps here for later runs (default: $RACKSERVE_STEP_STORE, else OUT/step-store)")] = None,
+    no_step_store: Annotated[bool, typer.Option(help="keep no priced steps, read none")] = False,
 ) -> None:
     """Sweep concurrency per scenario and policy (Ray tasks); write the Pareto frontiers of
     throughput/GPU vs tok/s/user, the peak, throughput at the targets and the ratios between scenarios."""
     from rackserve.sim.sweep import RayRunner, adaptive, grid
     from rackserve.sim.sweep_plot import plot_frontiers
 
+    use_step_store(step_store, out, not no_step_store)  # before Ray starts: its workers inherit it
     for path in scenarios:
         load_with_overrides(path, None, None, None)  # validate before starting Ray
     targets = [float(t) for t in csv_list(target_tps_user)]

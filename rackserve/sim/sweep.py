@@ -20,7 +20,7 @@ from rackserve.sim.frontier import (
     saturated_at,
     throughput_at,
 )
-from rackserve.sim.run import run_policies, shared_timing, with_concurrency
+from rackserve.sim.run import keep_steps, run_policies, shared_timing, with_concurrency
 from rackserve.sim.scenario import load_scenario
 
 RAY_ENV = {  # local, loopback-only, offline Ray (ENVIRONMENT.md)
@@ -52,7 +52,9 @@ def run_point(point: GridPoint) -> dict:
         update["measure_start_s"] = point.measure_start_s
     if update:
         sc = sc.with_workload(sc.workload.model_copy(update=update))
-    (res,) = run_policies(sc, [point.policy], timing=shared_timing(sc))
+    timing = shared_timing(sc)
+    (res,) = run_policies(sc, [point.policy], timing=timing)
+    keep_steps(sc, timing)  # for the other workers and later sweeps, where a step store is configured
     return {"concurrency": point.concurrency, "scenario_path": point.scenario, **res.to_dict()}
 
 

@@ -215,3 +215,20 @@ def test_values_of_the_wrong_type_are_not_read(tmp_path, caplog):
     key = store_key(sc, t)
     store.path(key).write_bytes(pickle.dumps({"format": 1, "key": key, "entries": {"ratios": {("k",): "1.0"}}}))
     assert store.load(t, key) == 0 and "not a step store" in caplog.text
+
+
+def test_a_sweep_point_keeps_its_steps_for_the_other_workers(tmp_path, monkeypatch):
+    from rackserve.sim.sweep import GridPoint, run_point
+
+    monkeypatch.setenv(ENV, str(tmp_path / "steps"))
+    monkeypatch.setattr(sim_run, "_TIMINGS", {})
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SCENARIO)
+    first = run_point(GridPoint(str(path), 2, "least-uncached-work"))
+    assert len(list((tmp_path / "steps").glob("steps-*.pkl"))) == 1
+    monkeypatch.setattr(sim_run, "_TIMINGS", {})  # another worker
+    again = run_point(GridPoint(str(path), 2, "least-uncached-work"))
+    assert {k: v for k, v in again.items() if k not in ("wall_s", "cpu_s")} == \
+        {k: v for k, v in first.items() if k not in ("wall_s", "cpu_s")}
+    (timing,) = sim_run._TIMINGS.values()
+    assert timing.misses == 0
