@@ -27,6 +27,7 @@ import time
 import timeit
 from pathlib import Path
 
+from sampler import Sampler
 from trees import commit
 
 from rackserve.sim.run import source_factory, timing_for
@@ -56,11 +57,14 @@ def agentx(lanes: int, minutes: float):
         "warmup_first": False}))
 
 
-def _run(sc, make, timing) -> tuple[float, float, object]:
+def _run(sc, make, timing) -> tuple[float, float, object, dict]:
+    """One run, timed, with where its CPU went (bench/sampler.py's parts)."""
     source = make()
-    wall, cpu = time.perf_counter(), time.process_time()
-    res = Simulator(sc, timing, POLICY, source).run()
-    return time.perf_counter() - wall, time.process_time() - cpu, res
+    with Sampler() as sampler:
+        wall, cpu = time.perf_counter(), time.process_time()
+        res = Simulator(sc, timing, POLICY, source).run()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return wall, cpu, res, sampler.report()["parts"]
 
 
 def calls(stats: pstats.Stats) -> tuple[int, int, dict[str, int]]:
@@ -80,9 +84,9 @@ def calls(stats: pstats.Stats) -> tuple[int, int, dict[str, int]]:
 
 def measure(name: str, sc) -> dict:
     make, timing = source_factory(sc), timing_for(sc)
-    cold_wall, cold_cpu, res = _run(sc, make, timing)
+    cold_wall, cold_cpu, res, cold_parts = _run(sc, make, timing)
     misses = timing.misses
-    warm_wall, warm_cpu, _ = _run(sc, make, timing)
+    warm_wall, warm_cpu, _, warm_parts = _run(sc, make, timing)
     prof = cProfile.Profile()
     source = make()
     prof.enable()
@@ -92,8 +96,10 @@ def measure(name: str, sc) -> dict:
     n = res.arrivals
     return {
         "workload": name, "scenario": sc.name, "requests": n, "step_memo_misses_first_run": misses,
-        "first_run": {"wall_s": cold_wall, "cpu_s": cold_cpu, "cpu_us_per_request": 1e6 * cold_cpu / n},
-        "memo_filled_run": {"wall_s": warm_wall, "cpu_s": warm_cpu, "cpu_us_per_request": 1e6 * warm_cpu / n},
+        "first_run": {"wall_s": cold_wall, "cpu_s": cold_cpu, "cpu_us_per_request": 1e6 * cold_cpu / n,
+                      "parts": cold_parts},
+        "memo_filled_run": {"wall_s": warm_wall, "cpu_s": warm_cpu, "cpu_us_per_request": 1e6 * warm_cpu / n,
+                            "parts": warm_parts},
         "pricing_share_of_first_run": 1.0 - warm_cpu / cold_cpu,
         "python_calls_per_request": py / n, "c_calls_per_request": c / n,
         "python_calls_per_request_by_module": {k: v / n for k, v in sorted(by_area.items(), key=lambda kv: -kv[1])[:20]},
@@ -195,6 +201,20 @@ def markdown(result: dict) -> str:
                      f" {b['factor_needed_with_pricing_free']:.1f}x | {b['calls_per_request']:.0f} |"
                      f" {b['ns_per_call_with_its_work']:.0f} | {b['calls_the_budget_allows']:.0f} |"
                      f" {b['call_floor_us_per_request']:.0f} |")
+    lines += ["", "Where the CPU of each run goes (bench/sampler.py), in us per request:", ""]
+    runs = list(result["runs"].values())
+    heads = [f"{r['workload']} {which}" for r in runs for which in ("first", "memo-filled")]
+    lines += ["| part | " + " | ".join(heads) + " |", "|---|" + "---:|" * len(heads)]
+    parts = sorted({p for r in runs for w in ("first_run", "memo_filled_run") for p in r[w]["parts"]},
+                   key=lambda p: -runs[-1]["memo_filled_run"]["parts"].get(p, 0.0))
+    for part in parts:
+        cells = [f"{r[w]['parts'].get(part, 0.0) * r[w]['cpu_us_per_request']:.0f}"
+                 for r in runs for w in ("first_run", "memo_filled_run")]
+        lines.append(f"| {part} | " + " | ".join(cells) + " |")
+    top = runs[-1]["python_calls_per_request_by_module"]
+    lines += ["", f"Python calls per request by module ({runs[-1]['workload']}, memo filled; the top 12):", "",
+              "| module | calls per request |", "|---|---:|"]
+    lines += [f"| {m} | {v:.1f} |" for m, v in list(top.items())[:12]]
     lines += [
         "",
         "Budget: the goal over the requests of the goal's own run (its source named in the JSON). Pricing share: the",
