@@ -24,6 +24,7 @@ import heapq
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import filterfalse
+from operator import attrgetter
 
 from rackserve.kv.events import KVEvent, Publisher
 from rackserve.kv.pool_chains import PoolChains, StoredBlock, leading_run
@@ -45,6 +46,7 @@ __all__ = ["POOL_PUBLISHER", "POOL_TIERS", "BlockPut", "Lookup", "PoolCounters",
            "PoolPrefix", "PoolTier", "PoolTiers", "PutStatus", "Reservation", "TierUsage"]
 
 POOL_PUBLISHER = Publisher("pool", 0)
+_SIZE, _CHARGE = attrgetter("size"), attrgetter("charge")
 
 
 class PoolTiers(PoolPut):
@@ -115,7 +117,7 @@ class PoolTiers(PoolPut):
 
     def usage(self, tier: PoolTier) -> TierUsage:
         blocks = self._chains.unordered(tier)
-        return TierUsage(len(blocks), sum(b.size for b in blocks), sum(b.charge for b in blocks),
+        return TierUsage(len(blocks), sum(map(_SIZE, blocks)), sum(map(_CHARGE, blocks)),
                          self.limits.capacity(tier), self._reserved[tier])
 
     @property

@@ -125,7 +125,7 @@ class CachedTiming:
         # ranks are interchangeable: key by the sorted signatures, map busy times back
         per_rank = [self._sig_of(*t) for t in ranks]
         order = sorted(range(len(per_rank)), key=per_rank.__getitem__)
-        sig = tuple(per_rank[i] for i in order)
+        sig = tuple(map(per_rank.__getitem__, order))
         cost = self._priced(phase, layout, sig)
         if order != sorted(order) and len(cost.rank_busy_s) == len(order):
             cost = self._remap(cost, order)
@@ -184,7 +184,7 @@ class CachedTiming:
         if hit is not None:
             return hit[1]
         out = StepCost(cost.total_s * ratio, {k: v * ratio for k, v in cost.breakdown.items()},
-                       tuple(b * ratio for b in cost.rank_busy_s), cost.bound)
+                       tuple(map(ratio.__mul__, cost.rank_busy_s)), cost.bound)  # ratio * b == b * ratio
         if len(self._remaps) >= MEMO_REMAP:
             self._remaps.clear()
         self._remaps[key] = (cost, out)  # holding `cost` keeps its id unique
