@@ -26,21 +26,26 @@ MEMO_REMAP = 4096  # step costs remembered with their busy times mapped back to 
 TAIL_REL = 0.25  # grid of the context for the tail step's ratio (decode_tail_step_time_of)
 
 
-class GeometricGrid:
+class GeometricGrid(dict):
+    """x -> its grid point: x itself (rounded) up to EXACT_BELOW, else the nearest power of (1 + rel).
+    A dict of the points met so far (values repeat: counts, token totals), so a call that finds its
+    point is one C-level lookup (`grid(x)` is `grid[x]`); a new x is computed by `__missing__`."""
+
     def __init__(self, rel: float) -> None:
+        super().__init__()
         assert rel > 0
         self._log = math.log1p(rel)
         self.rel = rel
-        self._memo: dict[float, int] = {}  # x -> grid point (values repeat: counts, token totals)
 
-    def __call__(self, x: float) -> int:
+    __call__ = dict.__getitem__
+
+    def __missing__(self, x: float) -> int:
         if x <= EXACT_BELOW:
-            return int(round(x))
-        v = self._memo.get(x)
-        if v is None:
+            v = int(round(x))
+        else:
             v = int(round(math.exp(round(math.log(x) / self._log) * self._log)))
-            if len(self._memo) < MEMO_GRID:
-                self._memo[x] = v
+        if len(self) < MEMO_GRID:
+            self[x] = v
         return v
 
 

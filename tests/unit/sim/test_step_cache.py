@@ -11,6 +11,30 @@ def test_grid_keeps_small_values_exact_and_bounds_relative_error():
         assert abs(g(x) - x) / x <= 0.026
 
 
+def test_grid_points_equal_the_formula_whether_looked_up_or_new(monkeypatch):
+    """The grid is a dict of the points met so far: a point found there equals the one computed,
+    for ints and floats, small and large, and past the memo's limit (where new points are not kept)."""
+    import math
+    import random
+
+    from rackserve.sim import step_cache
+
+    def formula(x, rel=0.05):
+        if x <= step_cache.EXACT_BELOW:
+            return int(round(x))
+        log = math.log1p(rel)
+        return int(round(math.exp(round(math.log(x) / log) * log)))
+
+    monkeypatch.setattr(step_cache, "MEMO_GRID", 500)
+    g = GeometricGrid(0.05)
+    rng = random.Random(0)
+    xs = [rng.choice((rng.randint(0, 40), rng.randint(0, 10**7), rng.uniform(0, 30), rng.uniform(0, 1e6)))
+          for _ in range(3000)]
+    for x in xs + xs:  # the second pass finds the kept points
+        assert g(x) == formula(x) and type(g(x)) is int
+    assert len(g) == 500 and g(16.4) == 16 and g(7) == g(7.0) == 7
+
+
 def test_memo_matches_exact_on_linear_model_and_hits(timing):
     memo = CachedTiming(timing, rel=0.05)
     batch = StepBatch((RankBatch.of([4000, 1000], [1000, 0]), RankBatch.of([2000], [3000])))
