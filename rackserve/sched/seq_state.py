@@ -34,8 +34,9 @@ class SeqState:
 
     @property
     def pending(self) -> int:
-        """Tokens known but not yet in KV: what the next step(s) must compute."""
-        return self.num_tokens - self.computed_tokens
+        """Tokens known but not yet in KV: what the next step(s) must compute (num_tokens less
+        computed_tokens, without a second property call: the schedulers read it per sequence and step)."""
+        return self.prompt_tokens + self.generated - self.computed_tokens
 
     @property
     def prefill_left(self) -> int:
