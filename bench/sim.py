@@ -22,8 +22,9 @@ Run: .venv/bin/python bench/sim.py [--limit N] [--repeats 3] [--baseline DIR] [-
 extensions are built in place first, bench/trees.py) in a subprocess with PYTHONPATH=DIR, interleaved
 with ours, group by group (old vs new in one run).
 Cold runs are a user's first run: a fresh process each (memo and router tables empty), `--repeats` of them,
-their median; "step store filled" runs (8-block groups) are a user's later runs with `--step-store`: fresh
-processes after one that filled an empty store (rackserve/sim/step_store.py), loading and saving on the clock; Dynamo's replay runs as many times (median). --sample adds where a warm and a cold run's
+their median; "step store filled" runs (8-block groups) are a user's later runs with `--step-store`:
+fresh processes after one that filled an empty store (rackserve/sim/step_store.py), loading and saving
+on the clock; Dynamo's replay runs as many times (median). --sample adds where a warm and a cold run's
 CPU goes (bench/sampler.py). Warm runs (step memo and router tables filled by the cold run) are repeated and their median taken:
 the machine is shared, so CPU time is reported beside wall time.
 """
