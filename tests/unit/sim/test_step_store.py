@@ -232,3 +232,34 @@ def test_a_sweep_point_keeps_its_steps_for_the_other_workers(tmp_path, monkeypat
         {k: v for k, v in first.items() if k not in ("wall_s", "cpu_s")}
     (timing,) = sim_run._TIMINGS.values()
     assert timing.misses == 0
+
+
+def _save_many(directory: str, key: str, worker: int) -> None:
+    from rackserve.sim.step_cache import CachedTiming
+
+    t = CachedTiming(None)
+    store = StepStore(directory)
+    for i in range(100):
+        t.entries()["ratios"][("decode-tail", f"w{worker}", (i,))] = float(i + worker)
+        store.save(t, key)
+
+
+def test_processes_saving_at_once_lose_nothing(tmp_path):
+    """Two processes saving into one file over and over (a search's workers): the lock and the merge
+    keep every entry of both, and the file stays readable."""
+    import multiprocessing
+
+    from rackserve.sim.step_cache import CachedTiming
+
+    key = "k" * 32
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_save_many, args=(str(tmp_path), key, w)) for w in (1, 2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    t = CachedTiming(None)
+    assert StepStore(tmp_path).load(t, key) == 200
+    assert t.entries()["ratios"][("decode-tail", "w2", (99,))] == 101.0
+    assert not list(tmp_path.glob(".steps-*.tmp"))  # no temporary file left behind
