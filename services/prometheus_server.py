@@ -8,7 +8,6 @@ by PID. `query()` runs an instant PromQL query over the HTTP API (used by tests 
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,7 @@ import httpx
 import yaml
 
 from services.child_process import stop_child
+from services.redis_server import free_port
 
 SCRAPE_INTERVAL_S = 1.0  # the twin's time runs fast: scrape often so short runs show up
 
@@ -32,12 +32,6 @@ MISSING = f"Prometheus not on PATH; get it with: {INSTALL_HINT}"  # every skip f
 def binary() -> str | None:
     """Path of the prometheus binary, or None when it is not installed."""
     return shutil.which("prometheus")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def render_config(
@@ -91,7 +85,7 @@ class PrometheusServer:
         if exe is None:
             raise RuntimeError("prometheus binary not found: apt-get install prometheus")
         if self.port == 0:
-            self.port = _free_port()
+            self.port = free_port()
         self._dir = self._dir or tempfile.mkdtemp(prefix="rackserve-prometheus-")
         config = Path(self._dir) / "prometheus.yml"
         config.write_text(render_config(self.targets))

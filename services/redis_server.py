@@ -6,6 +6,7 @@ The server binds 127.0.0.1 on a port chosen here, keeps nothing on disk, and is 
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -32,8 +33,42 @@ def server_binary() -> str:
         return found
 
 
+# Ports handed out are picked below the kernel's ephemeral range, where nothing is given a port by
+# the kernel (Ray's GCS, raylet and gRPC servers, clients' outgoing sockets take theirs from that range),
+# and above Ray's worker ports (10002-19999 by default): a port chosen now and bound a few seconds later,
+# after Ray has started, is then not taken in between (a live-cluster test once lost its worker's metrics
+# port to an ephemeral one that way).
+_LOW_PORT = 20000
+_given: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 free right now (Redis treats --port 0 as 'no TCP listener')."""
+    """A TCP port on 127.0.0.1 free right now and not handed out before by this process (Redis treats
+    --port 0 as 'no TCP listener'): below the kernel's ephemeral range where there is room (see above),
+    else one the kernel picks."""
+    high = _ephemeral_low() - 1
+    if high - _LOW_PORT >= 1000:
+        for _ in range(200):
+            port = random.randint(_LOW_PORT, high)
+            if port not in _given and _bindable(port):
+                _given.add(port)
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

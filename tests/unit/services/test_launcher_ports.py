@@ -67,3 +67,18 @@ def test_wait_http_ignores_another_clusters_ready(tmp_path) -> None:
         server.shutdown()
         child.proc.kill()
         child.proc.wait()
+
+
+def test_free_ports_are_distinct_bindable_and_below_the_kernels_ephemeral_range() -> None:
+    """The launcher plans its ports before Ray starts and binds them after: ports from the kernel's
+    ephemeral range could be handed to one of Ray's sockets in between, so free_port picks below it."""
+    from services import redis_server
+
+    low = redis_server._ephemeral_low()
+    ports = [redis_server.free_port() for _ in range(40)]
+    assert len(set(ports)) == len(ports)
+    if low - 1 - redis_server._LOW_PORT >= 1000:
+        assert all(redis_server._LOW_PORT <= p < low for p in ports)
+    for p in ports[:5]:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", p))
