@@ -36,8 +36,8 @@ def server_binary() -> str:
 # Ports handed out are picked below the kernel's ephemeral range, where nothing is given a port by
 # the kernel (Ray's GCS, raylet and gRPC servers, clients' outgoing sockets take theirs from that range),
 # and above Ray's worker ports (10002-19999 by default): a port chosen now and bound a few seconds later,
-# after Ray has started, is then not taken in between (a live-cluster test once lost its worker's metrics
-# port to an ephemeral one that way).
+# after Ray has started, is then not taken in between (a live-cluster test in CI found its worker's
+# metrics port, 38871, planned from the ephemeral range, taken when the worker came to bind it).
 _LOW_PORT = 20000
 _given: set[int] = set()
 
