@@ -6,6 +6,7 @@ The server binds 127.0.0.1 on a port chosen here, keeps nothing on disk, and is 
 
 from __future__ import annotations
 
+import functools
 import random
 import shutil
 import socket
@@ -42,6 +43,7 @@ _LOW_PORT = 20000
 _given: set[int] = set()
 
 
+@functools.cache
 def _ephemeral_low() -> int:
     try:
         return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])

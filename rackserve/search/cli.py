@@ -13,7 +13,13 @@ import typer
 from rackserve.search.frontier import merge_replays, read_previous, search, speed_key, with_trace
 from rackserve.search.plot import frontier_table, plot_frontier
 from rackserve.search.rack import load_rack
-from rackserve.sim.cli_args import console, csv_list, use_step_store
+from rackserve.sim.cli_args import (
+    NoStepStoreOption,
+    StepStoreOption,
+    console,
+    csv_list,
+    use_step_store,
+)
 
 frontier_app = typer.Typer(add_completion=False)
 
@@ -36,9 +42,8 @@ def frontier(
     resume: Annotated[bool, typer.Option(help="keep the replayed points of OUT/frontier.json, run only the rest")] = False,
     resume_from: Annotated[list[Path] | None, typer.Option(
         help="also keep the replayed points of this frontier.json of the same rack (repeatable)")] = None,
-    step_store: Annotated[Path | None, typer.Option(
-        help="keep priced steps here for later runs (default: $RACKSERVE_STEP_STORE, else OUT/step-store)")] = None,
-    no_step_store: Annotated[bool, typer.Option(help="keep no priced steps, read none")] = False,
+    step_store: StepStoreOption = None,
+    no_step_store: NoStepStoreOption = False,
 ) -> None:
     """Screen every configuration, confirm the envelope by replay, report it as AgentX reads it."""
     use_step_store(step_store, out, not no_step_store)

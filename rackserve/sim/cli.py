@@ -8,7 +8,14 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rackserve.sim.cli_args import console, csv_list, load_with_overrides, use_step_store
+from rackserve.sim.cli_args import (
+    NoStepStoreOption,
+    StepStoreOption,
+    console,
+    csv_list,
+    load_with_overrides,
+    use_step_store,
+)
 from rackserve.sim.progress import ProgressTick
 from rackserve.sim.report import plot_throughput_vs_speed, plot_ttft_cdf, summary_table, write_json
 from rackserve.sim.run import keep_steps, run_policies, shared_timing
@@ -49,9 +56,8 @@ def simulate(
     duration: Annotated[float | None, typer.Option(help="override the workload's duration_s")] = None,
     allow_invalid: Annotated[bool, typer.Option(
         help="exit 0 even when a run fails AgentX's validity checks (overflow > 1%, coverage < 95%)")] = False,
-    step_store: Annotated[Path | None, typer.Option(
-        help="keep priced steps here for later runs (default: $RACKSERVE_STEP_STORE, else OUT/step-store)")] = None,
-    no_step_store: Annotated[bool, typer.Option(help="keep no priced steps, read none")] = False,
+    step_store: StepStoreOption = None,
+    no_step_store: NoStepStoreOption = False,
 ) -> None:
     """Simulate SCENARIO once per policy on the same arrivals; print a summary, write JSON + plots.
     Exits 3 when a run is invalid by AgentX's rules, unless --allow-invalid."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -14,6 +15,11 @@ from rackserve.sim.scenario import Scenario, load_scenario
 from rackserve.sim.step_store import ENV as STEP_STORE_ENV
 
 console = Console()
+
+# --step-store / --no-step-store of every `rackserve sim` command that runs the simulator (use_step_store)
+StepStoreOption = Annotated[Path | None, typer.Option(
+    help="keep priced steps here for later runs (default: $RACKSERVE_STEP_STORE, else OUT/step-store)")]
+NoStepStoreOption = Annotated[bool, typer.Option("--no-step-store", help="keep no priced steps, read none")]
 
 
 def csv_list(text: str) -> list[str]:

@@ -14,7 +14,14 @@ import typer  # noqa: E402
 import yaml  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from rackserve.sim.cli_args import console, csv_list, load_with_overrides, use_step_store  # noqa: E402
+from rackserve.sim.cli_args import (  # noqa: E402
+    NoStepStoreOption,
+    StepStoreOption,
+    console,
+    csv_list,
+    load_with_overrides,
+    use_step_store,
+)
 from rackserve.sim.cli_sweep import in_process  # noqa: E402
 
 explain_app = typer.Typer(add_completion=False)
@@ -35,9 +42,8 @@ def explain(
     first: Annotated[str, typer.Option(help="comma-separated factors to walk first, e.g. 'routing policy'")] = "",
     out: Annotated[Path, typer.Option(help="folder for the steps' scenarios, explain.json and the waterfall")] = Path(
         "out/sim-explain"),
-    step_store: Annotated[Path | None, typer.Option(
-        help="keep priced steps here for later runs (default: $RACKSERVE_STEP_STORE, else OUT/step-store)")] = None,
-    no_step_store: Annotated[bool, typer.Option(help="keep no priced steps, read none")] = False,
+    step_store: StepStoreOption = None,
+    no_step_store: NoStepStoreOption = False,
 ) -> None:
     """Walk from A to B one factor at a time; report throughput/GPU at the target after each step."""
     from rackserve.sim.explain import read_scenario_dict, walk

@@ -8,7 +8,14 @@ from typing import Annotated
 
 import typer
 
-from rackserve.sim.cli_args import console, csv_list, load_with_overrides, use_step_store
+from rackserve.sim.cli_args import (
+    NoStepStoreOption,
+    StepStoreOption,
+    console,
+    csv_list,
+    load_with_overrides,
+    use_step_store,
+)
 
 sweep_app = typer.Typer(add_completion=False)
 SCHEMA = "rackserve.sim.sweep/1"
@@ -42,9 +49,8 @@ def sweep(
     measure_start: Annotated[float | None, typer.Option(help="override the trace workload's measure_start_s")] = None,
     out: Annotated[Path, typer.Option(help="folder for sweep.json and sweep-frontier.png")] = Path("out/sim-sweep"),
     num_cpus: Annotated[int, typer.Option(help="Ray CPUs (tasks in parallel); 0 = in this process")] = 2,
-    step_store: Annotated[Path | None, typer.Option(
-        help="keep priced steps here for later runs (default: $RACKSERVE_STEP_STORE, else OUT/step-store)")] = None,
-    no_step_store: Annotated[bool, typer.Option(help="keep no priced steps, read none")] = False,
+    step_store: StepStoreOption = None,
+    no_step_store: NoStepStoreOption = False,
 ) -> None:
     """Sweep concurrency per scenario and policy (Ray tasks); write the Pareto frontiers of
     throughput/GPU vs tok/s/user, the peak, throughput at the targets and the ratios between scenarios."""

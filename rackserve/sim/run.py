@@ -76,7 +76,7 @@ def keep_steps(scenario: Scenario, timing: CachedTiming) -> None:
     """Write what `timing` priced since it was loaded or last kept to the step store, where one is
     configured ($RACKSERVE_STEP_STORE); nothing when it priced nothing new."""
     store = from_env()
-    if store is None or timing.size() == getattr(timing, "stored_size", 0):
+    if store is None or timing.size() == timing.stored_size:
         return
     store.save(timing, store_key(scenario, timing))
 

@@ -63,6 +63,10 @@ class CachedTiming:
         self._coarse = GeometricGrid(TAIL_REL)
         self.calls = 0
         self.misses = 0
+        # the step store's view (rackserve/sim/step_store.py): its file's (mtime, size) when last read
+        # or written, and how many of the entries are in it
+        self.store_stamp: tuple[int, int] | None = None
+        self.stored_size = 0
 
     @property
     def speculation(self) -> Any:

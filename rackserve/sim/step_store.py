@@ -30,12 +30,14 @@ from typing import Any
 
 import numpy as np
 
+from rackserve.timing.batch import StepCost
+
 ENV = "RACKSERVE_STEP_STORE"
 FORMAT = 1
 _PKG = Path(__file__).resolve().parents[1]
 _CODE = (_PKG / "timing", _PKG / "sim" / "step_cache.py")
 _ALLOWED = {("rackserve.timing.batch", "StepCost")}
-_VALUES = {"steps": lambda v: type(v).__name__ == "StepCost", "estimates": lambda v: isinstance(v, float),
+_VALUES = {"steps": lambda v: isinstance(v, StepCost), "estimates": lambda v: isinstance(v, float),
            "ratios": lambda v: isinstance(v, float),
            "plains": lambda v: isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], float)}
 log = logging.getLogger(__name__)
@@ -106,7 +108,7 @@ class StepStore:
         timing.store_stamp = self.stamp(key)
         entries = _read(self.path(key), key)
         new = 0 if entries is None else timing.absorb(entries)
-        timing.stored_size = getattr(timing, "stored_size", 0) + new  # what it priced itself stays unsaved
+        timing.stored_size += new  # what it priced itself stays unsaved
         return new
 
     def stamp(self, key: str) -> tuple[int, int] | None:
@@ -120,7 +122,7 @@ class StepStore:
     def refresh(self, timing: Any, key: str) -> int:
         """`load` again where the file changed since `timing` last read or wrote it (another worker of
         a search saved what it priced); 0 without reading where it did not."""
-        if self.stamp(key) == getattr(timing, "store_stamp", None):
+        if self.stamp(key) == timing.store_stamp:
             return 0
         return self.load(timing, key)
 

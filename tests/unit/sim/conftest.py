@@ -53,3 +53,18 @@ class LinearTiming:
 @pytest.fixture
 def timing() -> LinearTiming:
     return LinearTiming()
+
+
+TINY_SCENARIO = """
+name: tiny
+deployment:
+  prefill: [{layout: dep2, count: 2}]
+  decode: [{layout: wide-ep, ranks: 4, count: 1}]
+workload: {kind: uniform, concurrency: 2, requests: 6, prompt_tokens: 3000, output_tokens: 20, shared_prefix_tokens: 1024}
+"""
+
+
+@pytest.fixture
+def tiny_yaml() -> str:
+    """A scenario file's text small enough for the command line's tests: 6 uniform requests, 2 DEP2 + Wide-EP 4."""
+    return TINY_SCENARIO

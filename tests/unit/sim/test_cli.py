@@ -4,18 +4,10 @@ from typer.testing import CliRunner
 
 from rackserve.cli import app
 
-SCENARIO = """
-name: tiny
-deployment:
-  prefill: [{layout: dep2, count: 2}]
-  decode: [{layout: wide-ep, ranks: 4, count: 1}]
-workload: {kind: uniform, concurrency: 2, requests: 6, prompt_tokens: 3000, output_tokens: 20, shared_prefix_tokens: 1024}
-"""
 
-
-def test_sim_runs_policies_side_by_side_and_writes_json_and_plots(tmp_path):
+def test_sim_runs_policies_side_by_side_and_writes_json_and_plots(tmp_path, tiny_yaml):
     path = tmp_path / "tiny.yaml"
-    path.write_text(SCENARIO)
+    path.write_text(tiny_yaml)
     res = CliRunner().invoke(app, ["sim", str(path), "--policy", "least-uncached-work,round-robin",
                                    "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
@@ -27,9 +19,9 @@ def test_sim_runs_policies_side_by_side_and_writes_json_and_plots(tmp_path):
     assert (tmp_path / "out" / "tiny-throughput-vs-speed.png").stat().st_size > 1000
 
 
-def test_sim_without_policy_runs_the_scenarios_routing_policy(tmp_path):
+def test_sim_without_policy_runs_the_scenarios_routing_policy(tmp_path, tiny_yaml):
     path = tmp_path / "tiny.yaml"
-    path.write_text(SCENARIO + "routing: {policy: round-robin}\n")
+    path.write_text(tiny_yaml + "routing: {policy: round-robin}\n")
     res = CliRunner().invoke(app, ["sim", str(path), "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     data = json.loads((tmp_path / "out" / "tiny.json").read_text())
@@ -37,8 +29,8 @@ def test_sim_without_policy_runs_the_scenarios_routing_policy(tmp_path):
     assert [r["policy"] for r in data["results"]] == ["round-robin"]
 
 
-def test_sim_bad_scenario_names_the_field(tmp_path):
+def test_sim_bad_scenario_names_the_field(tmp_path, tiny_yaml):
     path = tmp_path / "bad.yaml"
-    path.write_text(SCENARIO.replace("requests: 6", "requests: zero"))
+    path.write_text(tiny_yaml.replace("requests: 6", "requests: zero"))
     res = CliRunner().invoke(app, ["sim", str(path)])
     assert res.exit_code != 0 and "workload.requests" in res.output

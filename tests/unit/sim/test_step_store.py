@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -18,7 +17,6 @@ from rackserve.sim.run import keep_steps, run_policies, shared_timing, store_key
 from rackserve.sim.scenario import scenario_from_dict
 from rackserve.sim.step_store import ENV, StepStore
 
-ROOT = Path(__file__).resolve().parents[3]
 TIMING = {"hardware": "vr200", "model": "deepseek-v4.1-flash", "optimizations": "rubin-optimized",
           "target_block_tokens": 64}
 
@@ -135,19 +133,12 @@ def test_shared_timing_loads_from_the_environments_store_and_keep_steps_writes_i
     assert figures(sc, t2) == want and t2.misses == 0
 
 
-SCENARIO = """
-name: tiny
-deployment:
-  prefill: [{layout: dep2, count: 2}]
-  decode: [{layout: wide-ep, ranks: 4, count: 1}]
-workload: {kind: uniform, concurrency: 2, requests: 6, prompt_tokens: 3000, output_tokens: 20, shared_prefix_tokens: 1024}
-"""
 
 
-def test_sim_step_store_option(tmp_path, monkeypatch):
+def test_sim_step_store_option(tmp_path, monkeypatch, tiny_yaml):
     monkeypatch.setattr(sim_run, "_TIMINGS", {})
     path = tmp_path / "tiny.yaml"
-    path.write_text(SCENARIO)
+    path.write_text(tiny_yaml)
     steps = tmp_path / "steps"
     res = CliRunner().invoke(app, ["sim", str(path), "--out", str(tmp_path / "out"), "--step-store", str(steps)])
     assert res.exit_code == 0, res.output
@@ -217,13 +208,13 @@ def test_values_of_the_wrong_type_are_not_read(tmp_path, caplog):
     assert store.load(t, key) == 0 and "not a step store" in caplog.text
 
 
-def test_a_sweep_point_keeps_its_steps_for_the_other_workers(tmp_path, monkeypatch):
+def test_a_sweep_point_keeps_its_steps_for_the_other_workers(tmp_path, monkeypatch, tiny_yaml):
     from rackserve.sim.sweep import GridPoint, run_point
 
     monkeypatch.setenv(ENV, str(tmp_path / "steps"))
     monkeypatch.setattr(sim_run, "_TIMINGS", {})
     path = tmp_path / "tiny.yaml"
-    path.write_text(SCENARIO)
+    path.write_text(tiny_yaml)
     first = run_point(GridPoint(str(path), 2, "least-uncached-work"))
     assert len(list((tmp_path / "steps").glob("steps-*.pkl"))) == 1
     monkeypatch.setattr(sim_run, "_TIMINGS", {})  # another worker
