@@ -62,6 +62,7 @@ from rackserve.model.engram import (
     engram_windows,
 )
 from rackserve.model.kv_import import import_blocks
+from rackserve.model.logits_processors import process_logits
 from rackserve.model.sampling import SamplingParams, sample
 from rackserve.model.tokenizer import EOS
 from rackserve.model.transformer import Segment, Transformer
@@ -105,12 +106,17 @@ class TokenOutput:
 
     request_id: str
     token: int | None  # sampled this step; None while a prefill chunk did not reach the end
-    logits: np.ndarray | None = field(repr=False)  # float32 [vocab] the token was drawn from
+    # float32 [vocab]: the model's logits at the token's position, before logit_bias, min_tokens
+    # and the penalties shaped the draw (vLLM's default raw logprobs come from these)
+    logits: np.ndarray | None = field(repr=False)
     finished: bool
     finish_reason: str | None  # "stop" (EOS) | "length" (max_tokens or context limit)
     num_computed_tokens: int  # computed for this request in this step
     num_cached_tokens: int  # reused from the cache when the request first started
     num_output_tokens: int
+    # float32 [prompt tokens, vocab], row p the logits at position p, with the first token of a
+    # request whose params ask prompt_logprobs
+    prompt_logits: np.ndarray | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -292,6 +298,10 @@ class Engine:
         seed = params.seed if params.seed is not None else xxhash.xxh64_intdigest(request_id) >> 1
         seq = SeqState(request_id, len(tokens), params.max_tokens - len(output_ids))
         request = EngineRequest(request_id, tokens, len(prompt_ids), params, seed, seq)
+        if params.prompt_logprobs is not None and not output_ids:
+            # every prompt position's logits are needed: none may come from the cache
+            seq.reuse_prefix, cached = False, 0
+            request.prompt_logits = np.zeros((len(prompt_ids), self.cfg.vocab_size), np.float32)
         self._requests[request_id] = request
         assert self.scheduler.admit(seq)
         return Admission(request_id, len(tokens), cached, imported)
@@ -323,6 +333,9 @@ class Engine:
             raise ValueError(
                 f"prompt_ids: {len(tokens)} tokens leave no room below max_context {self.cfg.max_context}"
             )
+        if params.logit_bias and max(t for t, _ in params.logit_bias) >= self.cfg.vocab_size:
+            bad = max(t for t, _ in params.logit_bias)
+            raise ValueError(f"logit_bias: token id {bad} outside [0, {self.cfg.vocab_size})")
         if len(output_ids) >= params.max_tokens:
             raise ValueError(
                 f"output_ids: {len(output_ids)} tokens already reach max_tokens {params.max_tokens}"
@@ -350,7 +363,7 @@ class Engine:
             return StepResult((), 0, 0, 0, plan)
         requests = [self._requests[s.req_id] for s in plan.seqs]
         decode = sum(1 for r, s in zip(requests, plan.seqs, strict=True) if _is_decode(r, s))
-        logits = self.model.forward(self.kv, self._segments(plan, requests))
+        logits = self._forward(plan, requests)
         outputs = tuple(
             self._advance(r, s, row) for r, s, row in zip(requests, plan.seqs, logits, strict=True)
         )
@@ -375,6 +388,35 @@ class Engine:
                 if o.token is not None and o.request_id in out:
                     out[o.request_id].append(o.token)
         return out
+
+    def _forward(self, plan: SchedulerOutput, requests: list[EngineRequest]) -> np.ndarray:
+        """Logits of each scheduled sequence's last new token; a request that keeps its prompt's
+        logits (prompt_logprobs) gets those of every prompt token it computed stored too."""
+        segments = self._segments(plan, requests)
+        keep = [
+            r.prompt_logits is not None and s.num_computed_tokens < r.num_prompt_tokens
+            for r, s in zip(requests, plan.seqs, strict=True)
+        ]
+        if not any(keep):
+            return self.model.forward(self.kv, segments)
+        sizes = np.asarray(plan.new_tokens, np.int64)
+        ends = np.cumsum(sizes)
+        rows = np.concatenate(
+            [np.arange(e - n, e) if k else [e - 1] for e, n, k in zip(ends, sizes, keep, strict=True)]
+        )
+        every = self.model.forward(self.kv, segments, rows)
+        last, at = [], 0
+        for r, s, k in zip(requests, plan.seqs, keep, strict=True):
+            if not k:
+                last.append(every[at])
+                at += 1
+                continue
+            a, n = s.num_computed_tokens, s.num_new_tokens
+            b = min(a + n, r.num_prompt_tokens)
+            r.prompt_logits[a:b] = every[at : at + b - a]
+            last.append(every[at + n - 1])
+            at += n
+        return np.stack(last)
 
     def _segments(self, plan: SchedulerOutput, requests: list[EngineRequest]) -> list[Segment]:
         """The batch for the model; Engram row ids of all new tokens are hashed in one call."""
@@ -405,9 +447,11 @@ class Engine:
         if request.num_cached is None:  # first step: the prefix it started from
             request.num_cached = s.num_computed_tokens
             self._reused += s.num_computed_tokens
-        token = None
+        token, prompt_logits = None, None
         if s.num_computed_tokens + s.num_new_tokens == len(request.token_ids):
-            token = sample(logits, request.params, request.seed, len(request.token_ids))
+            shaped = self._shaped(request, logits)
+            token = sample(shaped, request.params, request.seed, len(request.token_ids))
+            prompt_logits, request.prompt_logits = request.prompt_logits, None
             request.token_ids.append(token)
             request.finish_reason = self._finish_reason(request, token)
         return TokenOutput(
@@ -419,7 +463,15 @@ class Engine:
             s.num_new_tokens,
             request.num_cached,
             request.num_outputs,
+            prompt_logits,
         )
+
+    def _shaped(self, request: EngineRequest, logits: np.ndarray) -> np.ndarray:
+        """The logits the request's next token is drawn from (logit_bias, min_tokens, penalties)."""
+        if not request.params.shapes_logits:
+            return logits
+        prompt = request.token_ids[: request.num_prompt_tokens]
+        return process_logits(logits, request.params, prompt, request.output_ids, (EOS,))
 
     def _finish_reason(self, request: EngineRequest, token: int) -> str | None:
         if token == EOS and not request.params.ignore_eos:

@@ -2,12 +2,15 @@
 
 The scheduler keeps the request's counters (rackserve.sched.SeqState: tokens known vs computed) and
 the KV ledger its blocks; this record holds what only the engine needs: the token ids themselves
-(prompt, then outputs), the sampling parameters and seed, and why it finished.
+(prompt, then outputs), the sampling parameters and seed, the prompt's logits when asked, and why
+it finished.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from rackserve.model.sampling import SamplingParams
 from rackserve.sched.seq_state import SeqState
@@ -23,6 +26,12 @@ class EngineRequest:
     seq: SeqState  # the scheduler's counters of this request
     num_cached: int | None = None  # tokens reused from the cache when it first started
     finish_reason: str | None = None
+    # [prompt tokens, vocab] float32 filled as the prompt is computed, when prompt_logprobs is asked
+    prompt_logits: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
 
     @property
     def num_computed(self) -> int:

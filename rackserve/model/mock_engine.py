@@ -104,6 +104,8 @@ class MockEngine(Engine):
         output_ids: Sequence[int] = (),
         kv_blocks: Sequence[tuple[int, bytes]] = (),
     ) -> Admission:
+        if params.prompt_logprobs is not None:
+            raise ValueError("prompt_logprobs: the mock engine has no model (engine.kind: real)")
         hashes, blocks = self._chain([*prompt_ids, *output_ids])
         for i, (block_hash, data) in enumerate(kv_blocks):
             cached = i < len(hashes) and self.cache.find(block_hash, blocks[i]) is not None

@@ -95,9 +95,12 @@ class Transformer:
         self.sin = np.sin(angles).astype(np.float32)
         self.scale = np.float32(1.0 / np.sqrt(cfg.head_dim))
 
-    def forward(self, kv: PagedKV, segments: list[Segment]) -> np.ndarray:
+    def forward(
+        self, kv: PagedKV, segments: list[Segment], out_rows: np.ndarray | None = None
+    ) -> np.ndarray:
         """Run all new tokens, write their KV, return logits [len(segments), vocab] of each
-        segment's last token."""
+        segment's last token, or [len(out_rows), vocab] of those rows of the new tokens (in
+        segment order) when given."""
         assert segments, "forward needs at least one segment"
         tokens = np.concatenate([s.token_ids for s in segments])
         positions = np.concatenate([np.arange(s.start, s.end) for s in segments])
@@ -112,7 +115,9 @@ class Transformer:
                 x = x + self._engram(x, looked_up.reshape(len(tokens), -1), layer.engram)
             x = x + self._attention(kv, index, layer, x, positions, plan)
             x = x + self._moe(layer, rms_norm(x, layer.ffn_norm, self.cfg.norm_eps))
-        last = np.cumsum([len(s.token_ids) for s in segments]) - 1
+        last = out_rows
+        if last is None:
+            last = np.cumsum([len(s.token_ids) for s in segments]) - 1
         h = rms_norm(x[last], self.w.final_norm, self.cfg.norm_eps)
         return h @ self.w.lm_head + self.w.lm_bias
 

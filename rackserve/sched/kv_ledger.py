@@ -58,7 +58,7 @@ class KVLedger:
         """Tokens of `seq`'s longest cached prefix (whole blocks), capped so at least its last known
         token is computed. Remembered for the `allocate` that follows."""
         assert seq.req_id not in self._blocks, "lookup is for a sequence that holds no blocks"
-        cap = (seq.num_tokens - 1) // self.block_size
+        cap = (seq.num_tokens - 1) // self.block_size if seq.reuse_prefix else 0
         blocks: list[int] = []
         hashes: list[int] = []
         for i in range(cap):

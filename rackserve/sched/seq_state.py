@@ -27,6 +27,7 @@ class SeqState:
     delivered_tokens: int = 0  # KV that came with it (e.g. a P->D transfer); lost on preemption
     preemptions: int = 0  # times this sequence lost its KV and went back to waiting
     started: bool = False  # looked up its cached prefix and joined the running set
+    reuse_prefix: bool = True  # False: computes every token (vLLM's skip_reading_prefix_cache)
 
     @property
     def num_tokens(self) -> int:
