@@ -55,6 +55,7 @@ class Emitted:
     kv_lease_id: int = 0  # prefill: the pool lease over kv_block_hashes the decode rank releases
     kv_block_tiers: tuple[str, ...] = ()  # prefill: their pool tiers as leased (empty: unknown)
     logprob: TokenLogprob | None = None  # the token's, when the request asked for logprobs
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()  # prefill: prompt tokens 1.., when asked
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class _Seq:
     hands_off: bool = False  # prefill: a decode rank will read the prompt's KV from the pool
     reservation: Future | None = None  # prefill: pool space booked for its blocks while computing
     top_logprobs: int | None = None  # alternatives per token's logprob; None: no logprobs asked
+    prompt_top_logprobs: int | None = None  # prefill: alternatives of the prompt's logprobs
 
     def started_from(self, computed_tokens: int) -> Admitted:
         """The tokens the engine started from (its schedule's computed tokens), by where their KV
@@ -212,8 +214,9 @@ class RankWorker:
         local = min(self.engine.cached_prefix_tokens(prompt) // bs, usable)
         fetched = self.pool.fetch(hashes[local:usable])
         kv_blocks = [(h, b"") for h in hashes[:local]] + [(h, data) for h, data, _ in fetched]
-        sampling = SamplingParams(**_engine_params(params, max_tokens=1))
-        self.engine.add_request(request_id, prompt, sampling, kv_blocks=kv_blocks)
+        given = _prompt_split(prompt, params)
+        sampling = SamplingParams(**_engine_params(params, len(given[1]), max_tokens=1))
+        self.engine.add_request(request_id, given[0], sampling, given[1], kv_blocks=kv_blocks)
         hbm = sum(bs for _, _, tier in fetched if tier == "pool_hbm")
         dram = sum(bs for _, _, tier in fetched if tier == "pool_dram")
         hands_off = int(params.get("max_tokens", 0)) != 1  # the router decodes unless 1 token was asked
@@ -221,7 +224,8 @@ class RankWorker:
         # computes them: one round trip fewer between the compute and the reply.
         reservation = self._reserver.submit(self.pool.reserve, hashes, self._block_bytes) if hashes else None
         self._seqs[request_id] = _Seq(prompt, hbm, dram, local=local * bs, hands_off=hands_off,
-                                      reservation=reservation, top_logprobs=_top_logprobs(params))
+                                      reservation=reservation, top_logprobs=_top_logprobs(params),
+                                      prompt_top_logprobs=sampling.prompt_logprobs)
         return Admitted(local * bs, hbm, dram)
 
     def submit_decode(
@@ -243,9 +247,10 @@ class RankWorker:
         tiers = kv_tiers[local:] if len(kv_tiers) == len(kv_hashes) else ()
         fetched = self.pool.fetch(kv_hashes[local:], handoff_lease=kv_lease_id, handoff_tiers=tiers)
         kv_blocks = [(h, b"") for h in kv_hashes[:local]] + [(h, data) for h, data, _ in fetched]
-        sampling = SamplingParams(**_engine_params(params))
+        own, earlier = _prompt_split(prompt, params)
+        sampling = SamplingParams(**_engine_params(params, len(earlier)))
         self.engine.add_request(
-            request_id, prompt, sampling, output_ids=[first_token], kv_blocks=kv_blocks
+            request_id, own, sampling, output_ids=[*earlier, first_token], kv_blocks=kv_blocks
         )
         hbm = sum(bs for _, _, tier in fetched if tier == "pool_hbm")
         dram = sum(bs for _, _, tier in fetched if tier == "pool_dram")
@@ -344,7 +349,17 @@ class RankWorker:
         hold = seq.hands_off and out.finish_reason != "stop"  # EOS first: nobody decodes it
         handle = self._store_prompt(seq.prompt, hold, _result(seq.reservation))
         return Emitted(out.request_id, out.token, out.finish_reason, handle.hashes, seq.reused,
-                       handle.lease_id, handle.tiers, logprob)
+                       handle.lease_id, handle.tiers, logprob, self._prompt_logprobs(seq, out))
+
+    def _prompt_logprobs(self, seq: _Seq, out: object) -> tuple[TokenLogprob, ...]:
+        """Each prompt token's logprob after the first, from the logits at the position before."""
+        if out.prompt_logits is None:
+            return ()
+        top = seq.prompt_top_logprobs or 0
+        return tuple(
+            token_logprob(out.prompt_logits[i - 1], seq.prompt[i], top)
+            for i in range(1, len(seq.prompt))
+        )
 
     def _store_prompt(self, prompt: list[int], hold: bool, reservation: Reservation | None) -> Handle:
         """Write the prompt's full blocks to the pool (those it lacks, into `reservation` where it
@@ -375,7 +390,29 @@ def _top_logprobs(params: dict) -> int | None:
     return int(params.get("top_logprobs", 0)) if params.get("logprobs") else None
 
 
-def _engine_params(params: dict, **override: object) -> dict:
-    """The engine's SamplingParams fields out of the wire message's (as a dict), with overrides."""
-    keys = ("temperature", "top_p", "seed", "ignore_eos", "max_tokens")
-    return {**{k: params[k] for k in keys if k in params}, **override}
+_ENGINE_KEYS = (
+    "temperature", "top_p", "seed", "ignore_eos", "max_tokens", "logit_bias", "min_tokens",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "prompt_logprobs",
+)
+
+
+def _prompt_split(token_ids: list[int], params: dict) -> tuple[list[int], list[int]]:
+    """(the request's own prompt, its earlier outputs) of the wire token ids (`prompt_tokens`)."""
+    n = int(params.get("prompt_tokens") or 0)
+    if not 0 < n < len(token_ids):
+        return token_ids, []
+    return token_ids[:n], token_ids[n:]
+
+
+def _engine_params(params: dict, earlier: int = 0, **override: object) -> dict:
+    """The engine's SamplingParams fields out of the wire message's (as a dict), with overrides.
+    The wire's max_tokens and min_tokens count from the end of the token ids; the engine's from
+    the end of the prompt, so `earlier` outputs of a migrated request are added to both."""
+    fields = {k: params[k] for k in _ENGINE_KEYS if k in params}
+    fields |= override
+    for key in ("max_tokens", "min_tokens"):
+        if fields.get(key):
+            fields[key] = int(fields[key]) + earlier
+    if earlier:
+        fields["prompt_logprobs"] = None  # a migrated request has had its prompt's logprobs
+    return fields

@@ -36,6 +36,13 @@ def sampling_dict(params: prefill_pb2.SamplingParams) -> dict:
         "max_tokens": max(1, params.max_tokens),
         "logprobs": params.logprobs,
         "top_logprobs": params.top_logprobs,
+        "logit_bias": tuple(sorted(params.logit_bias.items())),
+        "min_tokens": params.min_tokens,
+        "frequency_penalty": params.frequency_penalty,
+        "presence_penalty": params.presence_penalty,
+        "repetition_penalty": params.repetition_penalty or 1.0,
+        "prompt_logprobs": params.prompt_logprobs if params.HasField("prompt_logprobs") else None,
+        "prompt_tokens": params.prompt_tokens,
     }
 
 

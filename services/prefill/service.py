@@ -113,6 +113,7 @@ class PrefillService(WorkerService, prefill_pb2_grpc.PrefillServicer):
             pacing_lag_s=waiter.lag_s,
             finish_reason="stop" if emitted.finish_reason == "stop" else "",
             first_logprob=logprob_pb(emitted.logprob),
+            prompt_logprobs=[logprob_pb(lp) for lp in emitted.prompt_logprobs],
         )
 
     def _record_lookup(self, request: prefill_pb2.PrefillRequest, admitted: Admitted) -> None:

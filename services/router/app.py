@@ -7,7 +7,9 @@ is in simulated seconds (the `rackserve` field of a response, or of the last str
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import logging
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -18,7 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rackserve.metrics import ProcessMetrics, RequestRecord
-from rackserve.model import hf_tokenizer, tokenizer
+from rackserve.model import tokenizer
 from rackserve.routing.view import NoRankAvailable
 from services.router import choices
 from services.router.admission import RETRY_AFTER_S
@@ -37,9 +39,11 @@ from services.router.sim_headers import sim_headers
 from services.router.sse_response import SSEResponse, dumps
 from services.router.stream_errors import WorkerUnavailable, stream_error_message
 from services.router.tokenize_routes import add_tokenize_routes
+from services.router.validation_errors import validation_message
 from services.stage_timer import arrived_s, observe
 
 log = logging.getLogger(__name__)
+VERSION = importlib.metadata.version("rackserve")
 
 DEFAULT_CHAT_MAX_TOKENS = 256  # OpenAI's is "until the context ends"; bounded for a byte model
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's legacy default
@@ -64,9 +68,13 @@ def create_app(door: FrontDoor) -> FastAPI:
     app = FastAPI(title="rackserve", docs_url=None, redoc_url=None)
     _install_errors(app)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/version")
+    async def version() -> dict[str, str]:
+        return {"version": VERSION}
 
     @app.get("/ready")
     async def ready() -> Response:
@@ -110,23 +118,16 @@ def create_app(door: FrontDoor) -> FastAPI:
             "model": door.model_id,
             "time_scale": _time_scale(door),
             "max_context": door.max_context,
-            "tokenizer": str(hf_tokenizer.path()),
         }
 
     @app.get("/v1/models")
     async def models() -> dict:
-        card = {
-            "id": door.model_id,
-            "object": "model",
-            "created": 0,
-            "owned_by": "rackserve",
-            "root": door.model_id,
-            "parent": None,
-            "max_model_len": door.max_context,
-            "tokenizer": str(hf_tokenizer.path()),  # a local folder: pass it as --tokenizer
-            "time_scale": _time_scale(door),
-        }
-        return {"object": "list", "data": [card]}
+        return {"object": "list", "data": [_model_card(door)]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> dict:
+        check_model(door.model_id, model_id)
+        return _model_card(door)
 
     add_tokenize_routes(app, door)
 
@@ -147,6 +148,21 @@ def create_app(door: FrontDoor) -> FastAPI:
     return app
 
 
+def _model_card(door: FrontDoor) -> dict:
+    """The served model as OpenAI's (and vLLM's) model object. No server path: a client finds the
+    tokenizer with `rackserve tokenizer-path` (the same files on every machine)."""
+    return {
+        "id": door.model_id,
+        "object": "model",
+        "created": 0,
+        "owned_by": "rackserve",
+        "root": door.model_id,
+        "parent": None,
+        "max_model_len": door.max_context,
+        "time_scale": _time_scale(door),
+    }
+
+
 def _time_scale(door: FrontDoor) -> float:
     return door.metrics.registry.get_sample_value("rackserve_time_scale") or 0.0
 
@@ -163,16 +179,7 @@ def _drain(door: FrontDoor, instance: str, draining: bool | None) -> dict:
 def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        param = ".".join(loc) or None
-        if first.get("type") == "json_invalid":
-            message, param = "request body is not valid JSON", None
-        elif first.get("type") == "extra_forbidden":
-            message = f"Unrecognized request argument supplied: {param}"
-        else:
-            msg = str(first.get("msg")).removeprefix("Value error, ")
-            message = f"{param}: {msg}" if param else msg
+        message, param = validation_message(exc.errors(), exc.body)
         return JSONResponse(error_body(message, param), status_code=400)
 
     @app.exception_handler(BadRequest)
@@ -242,18 +249,26 @@ def _prepare(
             "max_tokens",
             "context_length_exceeded",
         )
-    seed = body.seed % 2**64 if body.seed is not None else 0  # int64 seeds -> the uint64 field
-    if body.min_tokens and body.min_tokens < max_tokens:
+    if body.min_tokens > max_tokens:
         raise BadRequest(
-            f"min_tokens: only 0 or an exact output length (min_tokens = max_tokens = "
-            f"{max_tokens}) is served, got {body.min_tokens}",
-            "min_tokens",
+            f"min_tokens: {body.min_tokens} must not exceed max_tokens ({max_tokens})", "min_tokens"
         )
-    ignore_eos = body.ignore_eos or body.min_tokens >= max_tokens  # min = max: exact length
     sampling = Sampling(
-        max_tokens, body.temperature, body.top_p, seed, ignore_eos, body.top_logprobs_asked()
+        max_tokens, body.temperature, body.top_p, _seed(body.seed), body.ignore_eos,
+        body.top_logprobs_asked(), body.logit_bias_pairs(), body.min_tokens,
+        body.frequency_penalty, body.presence_penalty, body.repetition_penalty or 1.0,
+        body.prompt_logprobs_asked(),
     )
     return Prepared(prompt, sampling, body.stop_strings())
+
+
+def _seed(asked: int | None) -> int:
+    """The request's seed as the uint64 wire field; without one, a fresh one per request (so two
+    unseeded sampled requests differ, as in OpenAI and vLLM), which its prefill and decode ranks
+    and any migration then share."""
+    if asked is None:
+        return secrets.randbits(64)
+    return asked % 2**64  # int64 seeds -> the uint64 field
 
 
 def _record(door: FrontDoor, trip: Trip, status: str) -> None:
@@ -293,7 +308,8 @@ async def _serve(
     finally:
         door.metrics.front_door.in_flight.dec()
     answers = [
-        _choice(body, shape, trip, i, parts) for i, (trip, parts) in enumerate(zip(trips, pieces, strict=True))
+        _choice(body, shape, trip, i, parts, _echoed(body, prep))
+        for i, (trip, parts) in enumerate(zip(trips, pieces, strict=True))
     ]
     return JSONResponse(
         {
@@ -320,14 +336,20 @@ async def _complete(door: FrontDoor, trip: Trip, prep: Prepared) -> list[Piece]:
         _record(door, trip, status)
 
 
+def _echoed(body: CompletionRequest | ChatCompletionRequest, prep: Prepared) -> list[int]:
+    """The prompt tokens whose logprobs lead the choice's (echo with logprobs), else none."""
+    return prep.prompt if body.prompt_logprobs_asked() is not None else []
+
+
 def _choice(
     body: CompletionRequest | ChatCompletionRequest, shape: Shape, trip: Trip, index: int,
-    parts: list[Piece],
+    parts: list[Piece], echoed: list[int],
 ) -> dict:
     choice = shape.choice("".join(p.text for p in parts), parts[-1].finish)
     choice["index"] = index
     if body.top_logprobs_asked() is not None:
-        choice["logprobs"] = choices.logprobs_of(trip, 0, parts[-1].end, shape.chat, len(shape.echo))
+        end = parts[-1].end
+        choice["logprobs"] = choices.logprobs_of(trip, 0, end, shape.chat, len(shape.echo), echoed)
     if body.return_token_ids:
         choice["token_ids"] = trip.output_ids
     return choice
@@ -400,8 +422,10 @@ async def _choice_chunks(
             delta = shape.delta(piece.text, piece.finish, first)
             delta["index"] = index
             if body.top_logprobs_asked() is not None:
-                offset = len(shape.echo) if first else 0
-                delta["logprobs"] = choices.logprobs_of(trip, piece.start, piece.end, shape.chat, offset)
+                offset, echoed = (len(shape.echo), _echoed(body, prep)) if first else (0, [])
+                delta["logprobs"] = choices.logprobs_of(
+                    trip, piece.start, piece.end, shape.chat, offset, echoed
+                )
             first = False
             yield delta, trip
         status = "finished"

@@ -67,24 +67,37 @@ async def run(orch: Orchestrator, trip: Trip, prep: Prepared) -> AsyncIterator[P
         await gen.aclose()
 
 
-def logprobs_of(trip: Trip, start: int, end: int, chat: bool, offset: int = 0) -> dict:
-    """The OpenAI logprobs object of the trip's output tokens [start, end)."""
+def logprobs_of(
+    trip: Trip, start: int, end: int, chat: bool, offset: int = 0, echo: Sequence[int] = ()
+) -> dict:
+    """The OpenAI logprobs object of the trip's output tokens [start, end), after those of the
+    echoed prompt tokens `echo` (completions: the prompt's, when logprobs and echo are asked)."""
     ids = trip.output_ids[start:end]
-    lps = trip.logprobs[start:end]
-    lps = lps + [None] * (len(ids) - len(lps))  # a request routed again fills them at its end
-    return chat_logprobs(ids, lps) if chat else completion_logprobs(ids, lps, offset)
+    lps = _padded(trip.logprobs[start:end], len(ids))
+    if chat:
+        return chat_logprobs(ids, lps)
+    if not echo:
+        return completion_logprobs(ids, lps, offset)
+    prompt = _padded(trip.prompt_logprobs, len(echo))
+    return completion_logprobs([*echo, *ids], [*prompt, *lps], 0)
+
+
+def _padded(lps: list, n: int) -> list:
+    return lps + [None] * (n - len(lps))  # a request routed again fills them at its end
 
 
 async def merge(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
-    """Items of every stream as they come; the first failure ends it (the rest are cancelled)."""
+    """Items of every stream interleaved as vLLM's n choices come, one step of each in turn: each
+    stream runs ahead on a task of its own, the reader takes the next item of every live stream in
+    order. The first failure met ends it (the rest are cancelled)."""
     if len(streams) == 1:
         async for item in streams[0]:
             yield item
         return
-    queue: asyncio.Queue = asyncio.Queue()
+    queues: list[asyncio.Queue] = [asyncio.Queue() for _ in streams]
     done = object()
 
-    async def pump(stream: AsyncIterator[T]) -> None:
+    async def pump(stream: AsyncIterator[T], queue: asyncio.Queue) -> None:
         try:
             async for item in stream:
                 await queue.put((item, None))
@@ -92,17 +105,18 @@ async def merge(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
         except Exception as exc:  # handed to the consumer, which raises it
             await queue.put((done, exc))
 
-    tasks = [asyncio.create_task(pump(s)) for s in streams]
+    tasks = [asyncio.create_task(pump(s, q)) for s, q in zip(streams, queues, strict=True)]
     try:
-        left = len(tasks)
-        while left:
-            item, exc = await queue.get()
-            if exc is not None:
-                raise exc
-            if item is done:
-                left -= 1
-                continue
-            yield item
+        live = list(queues)
+        while live:
+            for queue in list(live):
+                item, exc = await queue.get()
+                if exc is not None:
+                    raise exc
+                if item is done:
+                    live.remove(queue)
+                    continue
+                yield item
     finally:
         for task in tasks:
             task.cancel()

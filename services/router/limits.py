@@ -1,12 +1,14 @@
-"""Request-body limits of the front door (size -> 413, UTF-8 and JSON nesting depth -> 400),
-the loopback-only bind rule, and `guard`, which wraps the FastAPI app in every front-door check.
+"""Request-body limits of the front door (size -> 413, UTF-8 and JSON nesting depth -> 400, a
+body not all there within BODY_READ_TIMEOUT_S -> 408), the loopback-only bind rule, and `guard`,
+which wraps the FastAPI app in every front-door check.
 
-The body is read (at most `max_body_bytes`) before the app sees it, so an oversized or hostile
-body never reaches pydantic or the workers.
+The body is read (at most `max_body_bytes`) before the app sees it, so an oversized, hostile or
+never-finished body (a Content-Length beyond what is sent) never reaches pydantic or the workers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import re
@@ -23,6 +25,9 @@ log = logging.getLogger("rackserve.router")
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _BODY_METHODS = {"POST", "PUT", "PATCH"}
+# uvicorn waits for a body as long as the connection stays open; a client that declared more
+# than it sends gets OpenAI's 408 after this long (far above any real client's upload time).
+BODY_READ_TIMEOUT_S = 30.0
 
 
 def json_depth(body: bytes) -> int:
@@ -49,10 +54,15 @@ def check_bind(cluster: ClusterSection, what: str) -> None:
 
 
 class BodyLimits:
-    """413 above `max_bytes`; 400 for bodies that are not UTF-8 or nest deeper than `max_depth`."""
+    """413 above `max_bytes`; 400 for bodies that are not UTF-8 or nest deeper than `max_depth`;
+    408 for one not complete within `read_timeout_s`."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, max_depth: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, max_depth: int,
+        read_timeout_s: float = BODY_READ_TIMEOUT_S,
+    ) -> None:
         self.app, self.max_bytes, self.max_depth = app, max_bytes, max_depth
+        self.read_timeout_s = read_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
@@ -62,7 +72,14 @@ class BodyLimits:
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self._too_large(send)
             return
-        body = await self._read(receive)
+        try:
+            async with asyncio.timeout(self.read_timeout_s):
+                body = await self._read(receive)
+        except TimeoutError:
+            message = f"the request body did not arrive within {self.read_timeout_s:g} s"
+            await send_json(send, 408, error_body(message, code="request_timeout"),
+                            {"connection": "close"})
+            return
         if body is None:
             await self._too_large(send)
             return

@@ -48,8 +48,9 @@ def completion_logprobs(
     for token, lp in zip(ids, logprobs, strict=True):
         out["tokens"].append(token_text(token))
         out["token_logprobs"].append(lp.logprob if lp is not None else None)
-        top = {token_text(t): v for t, v in lp.top} if lp is not None else {}
+        top = None  # unknown (the first prompt token has none), as OpenAI and vLLM give it
         if lp is not None:
+            top = {token_text(t): v for t, v in lp.top}
             top.setdefault(token_text(token), lp.logprob)
         out["top_logprobs"].append(top)
         out["text_offset"].append(offset)

@@ -107,7 +107,12 @@ async def migrate(
     orch.router.metrics.router.migrations.labels(from_role="decode", to_role="decode").inc()
     sub = Trip(f"{trip.request_id}{SUFFIX}", len(prompt) + len(sent))
     offset = trip.token_times_s[-1] if trip.token_times_s else trip.ttft_s
-    async for tokens in orch.generate(sub, prompt + sent, replace(sampling, max_tokens=remaining)):
+    # The tokens sent are outputs of this request: its penalties count them, min_tokens counts on.
+    again = replace(
+        sampling, max_tokens=remaining, min_tokens=max(0, sampling.min_tokens - len(sent)),
+        prompt_tokens=sampling.prompt_tokens or len(prompt), prompt_logprobs=None,
+    )
+    async for tokens in orch.generate(sub, prompt + sent, again):
         new_times = sub.token_times_s[len(sub.token_times_s) - len(tokens) :]
         trip.token_times_s.extend(offset + t for t in new_times)
         trip.output_ids.extend(tokens)

@@ -6,7 +6,8 @@ this model's output (request_id, priority, skip_special_tokens, ...) are accepte
 fields whose non-default value this server cannot honour (top_k, beam search, tools, ...) are
 accepted at their default and otherwise get a 400 naming the field. A field vLLM does not know
 either gets OpenAI's "Unrecognized request argument supplied" (vLLM ignores such fields, which
-hides typos).
+hides typos). Types are strict, as the OpenAI API defines them (`max_tokens: true` is not 1, a
+number is not a string) and numbers finite; messages name the field, never a validator's name.
 """
 
 from __future__ import annotations
@@ -25,10 +26,15 @@ from pydantic import (
 )
 
 from rackserve.model.logprobs import MAX_TOP_LOGPROBS
+from rackserve.model.tokenizer import VOCAB_SIZE
+
+# Strict JSON types (no bool for an int, no "1" for a number) and no NaN or infinity.
+STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+MAX_LOGIT_BIAS = 100.0  # OpenAI's range for a logit_bias value: [-100, 100]
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     include_usage: bool | None = False
     continuous_usage_stats: bool | None = False  # vLLM's: usage (so far) in every chunk
 
@@ -47,7 +53,6 @@ NEUTRAL: dict[str, tuple[Any, ...]] = {
     "use_beam_search": (False,),
     "top_k": (None, 0, -1),
     "min_p": (None, 0, 0.0),
-    "repetition_penalty": (None, 1, 1.0),
     "length_penalty": (1, 1.0),
     "stop_token_ids": (None, []),
     "include_stop_str_in_output": (False,),
@@ -70,7 +75,7 @@ MAX_N = 16  # choices per request; each is a full request to the cluster
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     model: str = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
@@ -87,7 +92,8 @@ class _Request(BaseModel):
     user: str | None = None
     ignore_eos: bool = False  # vLLM's extension: decode to max_tokens even past EOS
     return_token_ids: bool | None = False  # vLLM's extension: each choice also carries its ids
-    min_tokens: int = Field(0, ge=0)  # vLLM's: 0, or >= max_tokens (an exact output length)
+    min_tokens: int = Field(0, ge=0)  # vLLM's: EOS is banned until this many tokens
+    repetition_penalty: float | None = Field(None, gt=0)  # vLLM's (1 = off)
     # vLLM's fields that do not change this model's output: accepted, ignored.
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
@@ -106,7 +112,6 @@ class _Request(BaseModel):
     use_beam_search: bool = False
     top_k: int | None = None
     min_p: float | None = None
-    repetition_penalty: float | None = None
     length_penalty: float = 1.0
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
@@ -139,10 +144,25 @@ class _Request(BaseModel):
             raise ValueError("only {'type': 'text'} is served (no structured output)")
         return value
 
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key, bias in (value or {}).items():
+            if not key.isdigit() or int(key) >= VOCAB_SIZE:
+                raise ValueError(f"{key!r} is not a token id (0 to {VOCAB_SIZE - 1})")
+            if abs(bias) > MAX_LOGIT_BIAS:
+                raise ValueError(f"the bias of token {key} must be in [-100, 100], got {bias}")
+        return value
+
+    def logit_bias_pairs(self) -> tuple[tuple[int, float], ...]:
+        return tuple(sorted((int(k), float(v)) for k, v in (self.logit_bias or {}).items()))
+
     @model_validator(mode="after")
     def _min_tokens(self) -> _Request:
         if self.min_tokens and self.max_tokens is not None and self.min_tokens > self.max_tokens:
-            raise ValueError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens")
+            raise ValueError(
+                f"min_tokens: {self.min_tokens} must not exceed max_tokens ({self.max_tokens})"
+            )
         return self
 
     @model_validator(mode="after")
@@ -155,6 +175,10 @@ class _Request(BaseModel):
         """Alternatives per token's logprob the request asks for; None: no logprobs."""
         return None
 
+    def prompt_logprobs_asked(self) -> int | None:
+        """Alternatives of the prompt tokens' logprobs; None: not asked."""
+        return None
+
     @field_validator("stop")
     @classmethod
     def _stop_list(cls, value: str | list[str] | None) -> list[str] | None:
@@ -162,7 +186,7 @@ class _Request(BaseModel):
             return None
         stops = [value] if isinstance(value, str) else value
         if len(stops) > 4 or any(not s for s in stops):
-            raise ValueError("stop: up to 4 non-empty strings")
+            raise ValueError("up to 4 non-empty strings")
         return stops
 
     def stop_strings(self) -> list[str]:
@@ -175,8 +199,8 @@ class CompletionRequest(_Request):
     logprobs: int | None = Field(
         None, ge=0, le=MAX_TOP_LOGPROBS, description="the sampled token's and this many more"
     )
-    best_of: int | None = Field(None, ge=1, le=1)
-    suffix: str | None = None
+    best_of: int | None = Field(None, ge=1)  # = n only: no ranking of extra candidates
+    suffix: str | None = None  # no fill-in-the-middle: a suffix is refused
     max_completion_tokens: int | None = Field(None, ge=1)  # sent by some clients; = max_tokens
 
     @field_validator("prompt")
@@ -187,13 +211,33 @@ class CompletionRequest(_Request):
                 raise ValueError(f"one prompt per request is served, got {len(value)}")
             value = value[0]
         if len(value) == 0:
-            raise ValueError("prompt must not be empty")
+            raise ValueError("must not be empty")
         if isinstance(value, list) and any(t < 0 for t in value):
-            raise ValueError("prompt token ids must be non-negative")
+            raise ValueError("token ids must be non-negative")
         return value
 
     def top_logprobs_asked(self) -> int | None:
         return self.logprobs
+
+    def prompt_logprobs_asked(self) -> int | None:
+        """Alternatives of the prompt tokens' logprobs (echo with logprobs, as vLLM reads it)."""
+        return self.logprobs if self.echo else None
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, value: str | None) -> str | None:
+        if value:
+            raise ValueError("not supported by this server (the model has no fill-in-the-middle)")
+        return value
+
+    @model_validator(mode="after")
+    def _best_of_is_n(self) -> CompletionRequest:
+        if self.best_of is not None and self.best_of != self.n:
+            raise ValueError(
+                f"best_of: only best_of = n ({self.n}) is served (no ranking of extra candidates), "
+                f"got {self.best_of}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_max(self) -> CompletionRequest:
@@ -203,13 +247,13 @@ class CompletionRequest(_Request):
 
 
 class TextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     type: Literal["text"]
     text: str
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
@@ -293,7 +337,7 @@ class ChatCompletionRequest(_Request):
 class TokenizeRequest(BaseModel):
     """vLLM's /tokenize body: a `prompt` (completion form) or `messages` (chat form)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
@@ -311,7 +355,7 @@ class TokenizeRequest(BaseModel):
 
 
 class DetokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     model: str | None = None
     tokens: list[int] = Field(min_length=0)
 

@@ -28,6 +28,26 @@ from services.stage_timer import now_s, observe
 __all__ = ["Orchestrator", "Sampling", "Trip"]
 
 
+def sampling_pb(sampling: Sampling) -> prefill_pb2.SamplingParams:
+    """A request's sampling settings as the wire message both its prefill and decode ranks get."""
+    return prefill_pb2.SamplingParams(
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        max_tokens=sampling.max_tokens,
+        seed=sampling.seed,
+        ignore_eos=sampling.ignore_eos,
+        logprobs=sampling.top_logprobs is not None,
+        top_logprobs=sampling.top_logprobs or 0,
+        logit_bias=dict(sampling.logit_bias),
+        min_tokens=sampling.min_tokens,
+        frequency_penalty=sampling.frequency_penalty,
+        presence_penalty=sampling.presence_penalty,
+        repetition_penalty=sampling.repetition_penalty,
+        prompt_logprobs=sampling.prompt_logprobs,
+        prompt_tokens=sampling.prompt_tokens,
+    )
+
+
 class Orchestrator:
     """Routes with `RouterCore` and talks gRPC to the prefill and decode services."""
 
@@ -81,15 +101,7 @@ class Orchestrator:
         trip.prefill = f"{decision.prefill_instance}/{decision.prefill_rank}"
         trip.decode = f"{decision.decode_instance}/{decision.decode_rank}"
         trip.predicted_hit_tokens = decision.predicted_hit_tokens
-        params = prefill_pb2.SamplingParams(
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            max_tokens=sampling.max_tokens,
-            seed=sampling.seed,
-            ignore_eos=sampling.ignore_eos,
-            logprobs=sampling.top_logprobs is not None,
-            top_logprobs=sampling.top_logprobs or 0,
-        )
+        params = sampling_pb(sampling)
         sent_at, started = time.monotonic(), now_s()
         reply = await self._prefill_call(trip, prompt, params, decision)
         if reply is None:
@@ -177,6 +189,8 @@ class Orchestrator:
             return await call.read()
 
     def _account_prefill(self, trip: Trip, reply: prefill_pb2.PrefillReply) -> None:
+        if reply.prompt_logprobs:  # asked (echo + logprobs): the first prompt token has none
+            trip.prompt_logprobs = [None, *(logprob_of(lp) for lp in reply.prompt_logprobs)]
         trip.local_hit_tokens = reply.local_hit_tokens
         trip.pool_hit_tokens = reply.pool_hit_tokens
         trip.queue_s = max(0.0, reply.queue_sim_s)  # float sums of the same steps

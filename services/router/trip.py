@@ -15,6 +15,13 @@ class Sampling:
     seed: int = 0
     ignore_eos: bool = False
     top_logprobs: int | None = None  # alternatives per token's logprob; None: no logprobs
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    min_tokens: int = 0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    prompt_logprobs: int | None = None  # the prompt's logprobs too (echo), with these alternatives
+    prompt_tokens: int = 0  # a migrated request: its own prompt's length (the rest it sent)
 
 
 @dataclass
@@ -39,6 +46,7 @@ class Trip:
     token_times_s: list[float] = field(default_factory=list)  # sim time of each token from arrival
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob | None] = field(default_factory=list)  # one per output id, if asked
+    prompt_logprobs: list[TokenLogprob | None] = field(default_factory=list)  # first is None
 
     @property
     def last_decode(self) -> str:

@@ -35,12 +35,13 @@ class Prefill(prefill_pb2_grpc.PrefillServicer):
 
 
 class Decode(decode_pb2_grpc.DecodeServicer):
-    """Sends the prefill's token, then one token a chunk: 'B', 'C', ... (by seed: 'b', 'c', ...
-    for an odd seed, so sampled choices differ), each with FAKE_LOGPROB when asked."""
+    """Sends the prefill's token, then one token a chunk: 'B', 'C', ... (when sampling, by seed:
+    'b', 'c', ... for an odd seed, so sampled choices differ), each with FAKE_LOGPROB when asked."""
 
     async def Generate(self, request, context):
         yield decode_pb2.TokenChunk(token_ids=[request.first_token], sim_time_s=0.001)
-        base = ord("b") if request.sampling.seed % 2 else ord("B")
+        sampled = request.sampling.temperature > 0
+        base = ord("b") if sampled and request.sampling.seed % 2 else ord("B")
         owed = request.sampling.max_tokens - 1
         for i in range(owed):
             yield decode_pb2.TokenChunk(

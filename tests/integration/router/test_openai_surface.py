@@ -26,9 +26,11 @@ async def client():
 
 async def test_completion_logprobs_streamed_and_not() -> None:
     async with client() as (api, model):
-        reply = await api.completions.create(model=model, prompt="hi", max_tokens=4, logprobs=1)
+        reply = await api.completions.create(
+            model=model, prompt="hi", max_tokens=4, logprobs=1, temperature=0
+        )
         stream = await api.completions.create(
-            model=model, prompt="hi", max_tokens=4, logprobs=1, stream=True
+            model=model, prompt="hi", max_tokens=4, logprobs=1, stream=True, temperature=0
         )
         chunks = [c async for c in stream]
     lp = reply.choices[0].logprobs
@@ -46,11 +48,12 @@ async def test_chat_logprobs_and_top_logprobs() -> None:
     messages = [{"role": "user", "content": "hi"}]
     async with client() as (api, model):
         reply = await api.chat.completions.create(
-            model=model, messages=messages, max_tokens=3, logprobs=True, top_logprobs=1
+            model=model, messages=messages, max_tokens=3, logprobs=True, top_logprobs=1,
+            temperature=0,
         )
         stream = await api.chat.completions.create(
             model=model, messages=messages, max_tokens=3, logprobs=True, top_logprobs=1,
-            stream=True,
+            stream=True, temperature=0,
         )
         chunks = [c async for c in stream]
         with pytest.raises(openai.BadRequestError, match="top_logprobs"):
