@@ -25,12 +25,15 @@ FAKE_LOGPROB = prefill_pb2.TokenLogprob(logprob=-0.5, top_ids=[66], top_logprobs
 
 
 class Prefill(prefill_pb2_grpc.PrefillServicer):
-    """Answers every prefill with FIRST_TOKEN (the KV handle is not looked at by the fakes)."""
+    """Answers every prefill with FIRST_TOKEN (the KV handle is not looked at by the fakes), and
+    FAKE_LOGPROB for every prompt token after the first when the prompt's logprobs are asked."""
 
     async def Prefill(self, request, context):
         first = FAKE_LOGPROB if request.sampling.logprobs else None
+        prompt = [FAKE_LOGPROB] * (len(request.token_ids) - 1)
         return prefill_pb2.PrefillReply(
-            first_token=FIRST_TOKEN, prefill_sim_s=0.01, first_logprob=first
+            first_token=FIRST_TOKEN, prefill_sim_s=0.01, first_logprob=first,
+            prompt_logprobs=prompt if request.sampling.HasField("prompt_logprobs") else [],
         )
 
 
