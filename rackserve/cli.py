@@ -17,6 +17,10 @@ from rackserve.sim.cli import register as register_sim  # noqa: E402
 
 register_sim(app)
 
+from rackserve.validate.cli import register as register_validate  # noqa: E402
+
+register_validate(app)
+
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
 def up(ctx: typer.Context) -> None:

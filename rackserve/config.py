@@ -73,18 +73,33 @@ class TimingSection(Section):
     # an instance spans, rows over the CPU-GPU link).
     engram_placement: Literal["hbm-sharded", "host-copy"] = "hbm-sharded"
     speculative: SpeculativeSection = SpeculativeSection()
+    # The routed experts' format where the deployment serves another checkpoint than the model spec's
+    # (rackserve/timing/precision.py): fp8, nvfp4 (NVFP4 weights and activations), w4a8. None: the spec's.
+    expert_precision: Literal["fp8", "nvfp4", "w4a8"] | None = None
+    attention_math: Literal["bf16", "fp8"] | None = Field(
+        None, description="the attention kernels' math (fp8: over an FP8 KV cache); None: the model spec's")
 
 
 class InstanceGroup(Section):
-    layout: Literal["dep2", "wide-ep", "tp8"]
+    """Instances of one layout (rackserve/timing/layout.py): dep2, wide-ep (ranks), tp8, and the general
+    dep (DP attention + EP over `ranks` GPUs) and tep (TP attention + EP), each expert split moe_tp ways."""
+
+    layout: Literal["dep2", "wide-ep", "tp8", "dep", "tep"]
     count: int = Field(1, ge=0)
-    ranks: int | None = Field(None, gt=0, description="ranks per instance (wide-ep); fixed for dep2/tp8")
+    ranks: int | None = Field(None, gt=0, description="GPUs per instance (wide-ep, dep, tep); fixed for dep2/tp8")
+    moe_tp: int = Field(1, gt=0, description="dep / tep: each routed expert's columns split this many ways")
 
     @model_validator(mode="after")
     def _ranks_match_layout(self) -> InstanceGroup:
         fixed = {"dep2": 2, "tp8": 8}
         if self.layout in fixed and self.ranks not in (None, fixed[self.layout]):
             raise ValueError(f"ranks: {self.layout} has {fixed[self.layout]} ranks, got {self.ranks}")
+        if self.layout in ("dep", "tep") and self.ranks is None:
+            raise ValueError(f"ranks: {self.layout} needs its GPU count")
+        if self.moe_tp != 1 and self.layout not in ("dep", "tep"):
+            raise ValueError(f"moe_tp: only dep and tep split experts, not {self.layout}")
+        if self.ranks and self.ranks % self.moe_tp:
+            raise ValueError(f"moe_tp: must divide ranks ({self.ranks}), got {self.moe_tp}")
         return self
 
     @property
@@ -93,8 +108,8 @@ class InstanceGroup(Section):
 
     @property
     def dp_ranks(self) -> int:
-        """Data-parallel ranks that hold their own batch and KV (tp8 is one rank of 8 GPUs)."""
-        if self.layout == "tp8":
+        """Data-parallel ranks that hold their own batch and KV (tp8 and tep are one rank of all their GPUs)."""
+        if self.layout in ("tp8", "tep"):
             return 1
         return self.gpus
 

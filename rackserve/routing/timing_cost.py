@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from rackserve.config import Config
 from rackserve.timing import Layout, TimingModel
+from rackserve.timing.layout import parse_layout_key
 
 # New-token grid: 1, then 16 * sqrt(2)^k up to 256k tokens (half-octave steps).
 NEW_GRID: tuple[int, ...] = (1, *sorted({round(16 * 2 ** (k / 2)) for k in range(29)}))
@@ -84,7 +85,7 @@ class TimingCost:
         tm = model or TimingModel.from_section(config.timing)
         groups = [("prefill", g) for g in config.deployment.prefill]
         groups += [("decode", g) for g in config.deployment.decode]
-        return cls(tm, {LayoutKey(phase, g.layout, g.ranks): tm.layout(g.layout, g.ranks) for phase, g in groups})
+        return cls(tm, {LayoutKey(phase, g.layout, g.ranks): tm.layout(g.layout, g.ranks, g.moe_tp) for phase, g in groups})
 
     def prefill_estimate_s(self, layout: str, new_tokens: int, cached_tokens: int) -> float:
         table = self._tables.get(layout)
@@ -108,6 +109,5 @@ class TimingCost:
             raise ValueError(f"layout {name!r}: {phase} groups of {sorted(found)}; name one by its key")
         if found:
             return next(iter(found.values()))
-        if name.startswith("wide-ep") and name[len("wide-ep") :].isdigit():
-            return self.model.layout("wide-ep", int(name[len("wide-ep") :]))
-        return self.model.layout(name)
+        lay = parse_layout_key(name)
+        return self.model.layout(lay.name, None if lay.name in ("dep2", "tp8") else lay.gpus, lay.moe_tp or 1)

@@ -52,15 +52,22 @@ from rackserve.workload.source import ArrivalSource, ListSource
 _COSTS: weakref.WeakKeyDictionary[Any, dict[frozenset, TimingCost]] = weakref.WeakKeyDictionary()
 
 
-def make_layout(timing: Any, layout: str, gpus: int) -> Any:
-    return timing.layout(layout, ranks=gpus) if layout == "wide-ep" else timing.layout(layout)
+SIZED_LAYOUTS = ("wide-ep", "dep", "tep")  # layouts whose size is the group's GPU count
+
+
+def make_layout(timing: Any, layout: str, gpus: int, moe_tp: int = 1) -> Any:
+    if layout not in SIZED_LAYOUTS:
+        return timing.layout(layout)
+    if moe_tp == 1:
+        return timing.layout(layout, ranks=gpus)
+    return timing.layout(layout, ranks=gpus, moe_tp=moe_tp)
 
 
 def router_cost(timing: Any, scenario: Scenario) -> TimingCost:
     """The router's tabulated cost (rackserve.routing.TimingCost) for the scenario's layouts, shared
     by every Simulator on the same timing model and layouts (tables take ~0.5 s per layout)."""
     groups = [*scenario.config.deployment.decode, *scenario.config.deployment.prefill]
-    layouts = {g.layout: make_layout(timing, g.layout, g.gpus) for g in groups}
+    layouts = {g.layout: make_layout(timing, g.layout, g.gpus, g.moe_tp) for g in groups}
     per_timing = _COSTS.setdefault(timing, {})
     key = frozenset(layouts.items())
     if key not in per_timing:
@@ -140,7 +147,7 @@ class Simulator(DecodeSide):
         sim, sz = self.scenario.sim, self.sizing
         out: list[Instance] = []
         for g, group in enumerate(groups):
-            layout = make_layout(self.timing, group.layout, group.gpus)
+            layout = make_layout(self.timing, group.layout, group.gpus, group.moe_tp)
             for _ in range(group.count):
                 idx = len(out)
                 name = f"{role}-{idx}"

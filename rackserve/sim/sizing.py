@@ -19,6 +19,7 @@ from rackserve.timing.capacity import (
     derive_capacity,
     layouts_of,
 )
+from rackserve.timing.precision import with_precision
 from rackserve.timing.spec import load_hardware, load_model
 from rackserve.workload.spec import AgentXTraceWorkload, AgentXWorkload, UniformWorkload
 
@@ -100,7 +101,8 @@ def size_scenario(scenario) -> Sizing:
     limits = Limits(**{k: getattr(sim, k) for k in ("max_num_seqs", "max_num_batched_tokens",
                                                       "gpu_memory_utilization", "decode_context_tokens")
                        if getattr(sim, k) is not None})
-    model, hw = load_model(cfg.timing.model), load_hardware(cfg.timing.hardware)
+    model = with_precision(load_model(cfg.timing.model), cfg.timing.expert_precision, cfg.timing.attention_math)
+    hw = load_hardware(cfg.timing.hardware)
     decode_ranks = sum(g.count * g.dp_ranks for g in cfg.deployment.decode)
     held = decode_held_estimate(scenario.workload, max(decode_ranks, 1), limits.max_num_seqs)
     if held is not None:

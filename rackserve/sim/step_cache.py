@@ -94,8 +94,8 @@ class CachedTiming:
                     new += 1
         return new
 
-    def layout(self, name: str, ranks: int | None = None) -> Any:
-        return self.timing.layout(name, ranks=ranks)
+    def layout(self, name: str, ranks: int | None = None, moe_tp: int = 1) -> Any:
+        return self.timing.layout(name, ranks=ranks, moe_tp=moe_tp)
 
     def pd_transfer_s(self, tokens: int) -> float:
         return self.timing.pd_transfer_s(tokens)

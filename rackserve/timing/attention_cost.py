@@ -13,6 +13,18 @@ from rackserve.timing.layout import Layout
 from rackserve.timing.parts import ATTN_PART, MOE_PART, Parts
 from rackserve.timing.roofline import attention_time, copy_time, domain_bw_factor, gemm_time
 
+# Prefill attention kernels (FlashAttention-2, FlashMLA's prefill) compute a tile of query rows against
+# each K/V block loaded once into shared memory: 128 query rows per tile (Dao 2023, "FlashAttention-2",
+# sec. 3.1: block sizes {64, 128}; FlashMLA's SM90/SM100 prefill kernels tile 128 or 64 x 2 queries). So
+# the window and densely attended entries are read once per 128 queries, not once per query; entries an
+# indexer picks differ from query to query and are read per query.
+PREFILL_QUERY_TILE = 128
+
+
+def prefill_read_share(phase: str) -> float:
+    """Share of the per-query KV entries a prefill step reads from HBM (1 in decode: each query its own)."""
+    return 1.0 / PREFILL_QUERY_TILE if phase == "prefill" else 1.0
+
 
 def kv_attention(
     ctx: CostContext,
@@ -31,11 +43,13 @@ def kv_attention(
     counts = lg.code_counts[gi]
     win = ga.window_entries[:, None]
     comp = ga.comp_entries
-    flops = (win + comp) * (2.0 * (att.heads / lay.tp) * (att.qk_head_dim + att.v_head_dim))
+    flops = (win + comp) * att.flops_per_entry(phase, lay.tp)
     if phase == "decode":
         bytes_ = ga.window_reads[:, None] * att.window_entry_bytes + ga.comp_reads * att.compressed_entry_bytes
-    else:
-        bytes_ = win * att.window_entry_bytes + comp * att.compressed_entry_bytes
+    else:  # a query tile reads its window and dense entries once; indexer-chosen entries per query
+        share = prefill_read_share(phase)
+        dense = np.array([share if not c.indexer else 1.0 for c in ctx.codes])
+        bytes_ = win * (att.window_entry_bytes * share) + comp * dense * att.compressed_entry_bytes
     overlap = 1.0 if o.attn_overlap else hw.efficiency.attention_overlap
     t, tc, tm = attention_time(
         hw,
@@ -147,6 +161,13 @@ def lm_head(ctx, lay: Layout, phase: str, tokens, seqs, parts: Parts) -> None:
         domain=domain_bw_factor(ctx.hw, o.domain_local),
     )
     parts.add("lm_head", t, tc, tm)
+
+
+def host_overhead(ctx, tokens: np.ndarray, parts: Parts) -> None:
+    """The engine's per-step host work the GPU waits on (hw.step_overhead_s: scheduling, sampling,
+    the step's graph launch), charged once per step on every rank with work."""
+    if ctx.hw.step_overhead_s > 0.0:
+        parts.add("host_overhead", ctx.hw.step_overhead_s * (tokens > 0))
 
 
 def engram(ctx, lg: LayerGroups, gi: int, tokens: np.ndarray, parts: Parts) -> None:

@@ -123,7 +123,7 @@ def _expert_bytes(model: ModelSpec, hw: HardwareSpec, layout: Layout) -> float:
     moe = model.moe
     moe_layers = model.layers - moe.first_dense_layers
     fp4_scale = hw.stored_bytes(moe.weight_dtype) / DTYPE_BYTES[moe.weight_dtype]
-    routed = moe_layers * moe.experts * moe.expert_bytes * fp4_scale / (layout.ep * layout.tp)
+    routed = moe_layers * moe.experts * moe.expert_bytes * fp4_scale / (layout.ep * layout.expert_tp)
     shared = moe_layers * moe.shared_experts * 3 * model.hidden * moe.intermediate
     dense = moe.first_dense_layers * 3 * model.hidden * moe.dense_intermediate
     return routed + (shared * hw.stored_bytes(moe.shared_dtype) + dense * hw.stored_bytes(model.dense_dtype)) / layout.tp
@@ -261,6 +261,8 @@ def layouts_of(groups: list) -> list[tuple[Layout, int]]:
     for g in groups:
         if g.layout == "wide-ep":
             out.append((Layout("wide-ep", gpus=g.gpus, dp=g.gpus, tp=1, ep=g.gpus), g.count))
+        elif g.layout in ("dep", "tep"):
+            out.append((make_layout(g.layout, g.gpus, g.moe_tp), g.count))
         else:
             out.append((make_layout(g.layout), g.count))
     return out

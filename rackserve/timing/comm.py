@@ -41,6 +41,20 @@ def p2p_time(hw: HardwareSpec, bytes_, latency_s: float | None = None):
     return lat + bytes_ / (hw.nvlink_bw_bytes_per_s * hw.efficiency.nvlink)
 
 
+# An NVLink domain this large holds a whole P/D deployment (NVL72); smaller ones (an HGX node of 8)
+# hold one instance at most, so prefill and decode sit on different nodes.
+RACK_DOMAIN_GPUS = 36
+
+
+def pd_path_time(hw: HardwareSpec, bytes_):
+    """A prompt's KV from its prefill rank to its decode rank: one NVLink copy inside a rack-sized
+    NVLink domain; between HGX nodes an RDMA write over the NIC (Mooncake / NIXL move KV this way),
+    one NIC per GPU at hw.efficiency.rdma of its rate."""
+    if hw.nvlink_domain_gpus >= RACK_DOMAIN_GPUS or not hw.nic_rdma_bw_bytes_per_s:
+        return p2p_time(hw, bytes_)
+    return hw.nic_latency_s + bytes_ / (hw.nic_rdma_bw_bytes_per_s * hw.efficiency.rdma)
+
+
 def pool_dram_bw(hw: HardwareSpec) -> float:
     """Host DRAM tier -> GPU: limited by the DRAM itself, the CPU-GPU link and the NVLink hop."""
     return (

@@ -135,7 +135,7 @@ def _moe_rank(
     hw, m, o = ctx.hw, ctx.model, ctx.opts
     moe = m.moe
     dom = domain_bw_factor(hw, o.domain_local)
-    math_dt = "fp4" if o.fp8xfp4_k64 and hw.peak_flops.fp4 else "fp8"
+    math_dt = "fp4" if o.fp8xfp4_k64 and hw.peak_flops.fp4 else (moe.math_dtype or "fp8")
     expert_bytes = (
         moe.expert_bytes * hw.stored_bytes(moe.weight_dtype) / DTYPE_BYTES[moe.weight_dtype]
     )
@@ -143,12 +143,12 @@ def _moe_rank(
     bw_scale = pipeline_bw_scale(hw, stages)
     # activations per row: FP8 token in, BF16 expert output; unfused (two GEMMs) the FP8 SwiGLU
     # intermediate also goes out to HBM and back, MegaMoE keeps it on chip
-    inter = moe.intermediate // lay.tp
+    inter = moe.intermediate // lay.expert_tp
     act_row = m.hidden * 1.0 + m.hidden * 2.0 + (0.0 if o.megamoe_tiles else 2.0 * inter)
     t, tc, tm = grouped_gemm_time(
         hw,
         padded,
-        active * expert_bytes / lay.tp,
+        active * expert_bytes / lay.expert_tp,
         3 * inter,
         m.hidden,
         math_dtype=math_dt,
@@ -166,7 +166,7 @@ def _moe_rank(
     elem = own * (evaluated * moe.gate_flops_per_expert + bound) / hw.peak_flops.vector_fp32
     p.add("gate", g + elem, gc + elem, gm, times=n_moe)
     _shared_expert(ctx, lay, own, split_k, n_moe, dom, bw_scale, p)
-    if lay.ep > 1:
+    if lay.dispatches:
         _dispatch_combine(ctx, lay, own, recv, n_moe, dom, p)
 
 
@@ -196,15 +196,36 @@ def _shared_expert(
 
 
 def _dispatch_combine(ctx, lay: Layout, own, recv, n_moe: int, dom: float, p: Parts) -> None:
+    """EP dispatch + combine of one layer as DeepEP-style all-to-alls run: each a fixed latency, the
+    wait for the slowest of the ep ranks at its barrier (hw.ep_straggler_s x sqrt(2 ln ep): the
+    expected maximum of ep ranks' independent arrival jitter, the Gumbel/extreme-value limit of a
+    normal sample's maximum), and the bytes over the path they take: peers inside the NVLink domain
+    over NVLink, the others over the scale-out NIC, in parallel (the slower sets the time)."""
     hw, m, o = ctx.hw, ctx.model, ctx.opts
     remote = (lay.ep - 1) / lay.ep
     send = own * m.moe.top_k * remote
     moved = np.maximum(send, recv * remote)
     dispatch_bytes = m.hidden * 1.0 + m.hidden / 128 * 4.0  # FP8 token + per-128 FP32 scales
     combine_bytes = m.hidden * 2.0  # BF16 expert output
+    row_bytes = dispatch_bytes + combine_bytes
+    far = ep_far_share(hw, lay.ep)
     link = hw.nvlink_bw_bytes_per_s * hw.efficiency.nvlink
-    barrier = 0.0 if o.sentinel_combine else hw.nvlink_latency_s
-    t = 2 * hw.nvlink_latency_s + barrier + moved * (dispatch_bytes + combine_bytes) / link
+    t_bytes = moved * (1.0 - far) * row_bytes / link
+    latency = hw.nvlink_latency_s
+    if far > 0.0:
+        nic = (hw.nic_rdma_bw_bytes_per_s or hw.nvlink_bw_bytes_per_s) * hw.efficiency.rdma
+        t_bytes = np.maximum(t_bytes, moved * far * row_bytes / nic)
+        latency = max(latency, hw.nic_latency_s)
+    barrier = 0.0 if o.sentinel_combine else latency
+    straggle = 2.0 * hw.ep_straggler_s * math.sqrt(2.0 * math.log(lay.ep))  # dispatch's and combine's barrier
+    t = 2 * latency + barrier + straggle + t_bytes
     reduce = copy_time(hw, own * m.moe.top_k * combine_bytes, dom)  # combine buffer read back
     t = np.where(moved > 0, t + reduce, 0.0)
     p.add("dispatch_combine", t, None, None, times=n_moe)
+
+
+def ep_far_share(hw: HardwareSpec, ep: int) -> float:
+    """Share of a rank's remote copies that leave its NVLink domain (uniform over the other ranks):
+    0 inside one domain (NVL72, or EP <= 8 on an HGX node)."""
+    near = min(ep, hw.nvlink_domain_gpus)
+    return (ep - near) / (ep - 1) if ep > 1 else 0.0

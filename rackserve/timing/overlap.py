@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from rackserve.timing.batch import RankBatch, StepBatch, StepCost
+from rackserve.timing.parts import HOST
 
 OVERLAPPED = "dispatch_combine"
 
@@ -98,12 +99,16 @@ def overlap_total(t_a: float, m_a: float, t_b: float, m_b: float, moe_layers: in
 def overlapped(serial: StepCost, a: StepCost, b: StepCost, moe_layers: int) -> StepCost:
     """The step with its two halves overlapped, or `serial` where overlap would not be faster."""
     m_a, m_b = a.breakdown.get(OVERLAPPED, 0.0), b.breakdown.get(OVERLAPPED, 0.0)
-    total = overlap_total(a.total_s, m_a, b.total_s, m_b, moe_layers, serial.total_s)
+    host_b = b.breakdown.get(HOST, 0.0)  # the step's host work is paid once, not per micro-batch
+    t_b = b.total_s - host_b
+    total = overlap_total(a.total_s, m_a, t_b, m_b, moe_layers, serial.total_s)
     if total is None:
         return serial
-    c_a, c_b = a.total_s - m_a, b.total_s - m_b
+    c_a, c_b = a.total_s - m_a, t_b - m_b
     names = {**serial.breakdown, **a.breakdown, **b.breakdown}
     breakdown = {k: a.breakdown.get(k, 0.0) + b.breakdown.get(k, 0.0) for k in names}
+    if HOST in breakdown:
+        breakdown[HOST] = a.breakdown.get(HOST, 0.0)
     exposed = total - (c_a + c_b)
     breakdown[OVERLAPPED] = exposed
     busy = tuple(min(x + y, total) for x, y in zip(a.rank_busy_s, b.rank_busy_s, strict=True))

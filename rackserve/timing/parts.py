@@ -16,8 +16,10 @@ ATTN_PART = (
     "engram",
     "lm_head",
     "kv_transfer",
+    "host_overhead",
 )
 MOE_PART = ("gate", "dispatch_combine", "moe_gemm", "shared_expert", "dense_mlp")
+HOST = "host_overhead"  # the engine's per-step host work (attention_cost.host_overhead)
 COMM = {"all_reduce", "dispatch_combine", "engram", "kv_transfer"}
 
 
@@ -113,6 +115,8 @@ class Bundle:
 def _bound(name: str, parts: Parts, r: int) -> str:
     if name in COMM:
         return "comm"
+    if name == HOST:
+        return "host"
     tc = parts.tc.get(name)
     tm = parts.tm.get(name)
     if tc is None and tm is None:
@@ -126,4 +130,6 @@ def label(name: str, tc: dict[str, float], tm: dict[str, float]) -> str:
     """'comm' for communication, else whichever of compute and memory time is larger."""
     if name in COMM:
         return "comm"
+    if name == HOST:
+        return "host"
     return "compute" if tc.get(name, 0.0) > tm.get(name, 0.0) else "memory"

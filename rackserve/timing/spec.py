@@ -50,6 +50,7 @@ class Efficiency(_Spec):
     attention_compute: float = Field(gt=0, le=1)
     hbm: float = Field(gt=0, le=1)
     nvlink: float = Field(gt=0, le=1)
+    rdma: float = Field(0.8, gt=0, le=1, description="achieved share of the NIC's RDMA bandwidth")
     attention_overlap: float = Field(ge=0, le=1)
 
 
@@ -101,6 +102,13 @@ class HardwareSpec(_Spec):
     nic_rdma_bw_bytes_per_s: float | None = Field(
         None, gt=0, description="RDMA NIC per GPU, each direction"
     )
+    nic_latency_s: float = Field(5.0e-6, ge=0, description="one RDMA message across the scale-out network")
+    ep_straggler_s: float = Field(
+        0.0, ge=0, description="per EP barrier: a rank's arrival jitter (s); the slowest of ep ranks "
+        "is waited for: x sqrt(2 ln ep)")
+    step_overhead_s: float = Field(
+        0.0, ge=0, description="per engine step: host work not hidden under the GPU's (scheduling, "
+        "sampling, launch of the step's graph)")
     features: list[HardwareFeature] = Field(default_factory=list)
     nvlink_domain_gpus: int = Field(gt=0, description="GPUs reachable by NVLink load/store")
     oneshot_allreduce_latency_s: float = Field(ge=0)
@@ -150,6 +158,10 @@ class AttentionSpec(_Spec):
     heads: int = Field(gt=0)
     qk_head_dim: int = Field(gt=0)
     v_head_dim: int = Field(gt=0)
+    prefill_qk_head_dim: int | None = Field(
+        None, gt=0, description="per-head q.k width of the prefill kernel where it runs another form "
+        "(MLA prefill: non-absorbed, nope + rope); None: qk_head_dim")
+    prefill_v_head_dim: int | None = Field(None, gt=0, description="the same for values; None: v_head_dim")
     math_dtype: Dtype
     window: int = Field(ge=0)
     window_entry_bytes: float = Field(ge=0)
@@ -157,6 +169,15 @@ class AttentionSpec(_Spec):
     layer_codes: list[int]
     codes: dict[int, AttentionCode]
     matrices: list[Matrix]
+
+    def flops_per_entry(self, phase: str, tp: int) -> float:
+        """FLOPs of one query against one KV entry on one GPU of a tp-way split: q.k and p.v over
+        the heads, at the widths the phase's kernel runs (prefill_*_head_dim in prefill)."""
+        qk, v = self.qk_head_dim, self.v_head_dim
+        if phase == "prefill":
+            qk = self.prefill_qk_head_dim or qk
+            v = self.prefill_v_head_dim or v
+        return 2.0 * (self.heads / tp) * (qk + v)
 
     @model_validator(mode="after")
     def _codes_known(self) -> AttentionSpec:
@@ -182,6 +203,8 @@ class MoESpec(_Spec):
     intermediate: int = Field(gt=0)
     expert_bytes: float = Field(gt=0)
     weight_dtype: Dtype
+    math_dtype: Dtype | None = Field(
+        None, description="routed GEMM math (None: FP8, or FP4 under the fp8xfp4-k64 switch)")
     shared_dtype: Dtype
     first_dense_layers: int = Field(ge=0)
     dense_intermediate: int = Field(ge=0)

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from rackserve.timing.attention_cost import engram, kv_attention, lm_head, token_attention
+from rackserve.timing.attention_cost import (
+    engram,
+    host_overhead,
+    kv_attention,
+    lm_head,
+    token_attention,
+)
 from rackserve.timing.batch import StepBatch, StepCost
 from rackserve.timing.batch_features import step_arrays
 from rackserve.timing.cost_context import MEMO_LIMIT, CostContext, LayerGroups
@@ -91,6 +97,7 @@ def token_bundle(
     moe_part(ctx, lay, phase, lg, gi, tokens, tokens_full, expert_tokens, b_parts, b_crit)
     if gi == 0:
         lm_head(ctx, lay, phase, tokens, seqs, b_parts)
+        host_overhead(ctx, tokens, b_parts)
     engram(ctx, lg, gi, tokens, b_parts)
     bundle = Bundle.of(b_parts, b_crit)
     if key is not None:

@@ -20,6 +20,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from rackserve.timing.attention_cost import prefill_read_share
 from rackserve.timing.batch import StepBatch, StepCost
 from rackserve.timing.cost_context import MEMO_LIMIT, CostContext
 from rackserve.timing.layout import Layout
@@ -109,7 +110,7 @@ def _group_plan(ctx: CostContext, lay: Layout, phase: str, gi: int) -> GroupPlan
     idx_codes = [i for i, c in enumerate(codes) if c.ratio and c.indexer]
     fg = 3 + len(idx_codes)
     gmap = np.zeros((fg, 4 * nc))
-    fa = 2.0 * (att.heads / lay.tp) * (att.qk_head_dim + att.v_head_dim)
+    fa = att.flops_per_entry(phase, lay.tp)
     pa = hw.peak(att.math_dtype) * hw.efficiency.attention_compute
     ba = hw.hbm_bw_bytes_per_s * hw.efficiency.attention_memory * domain_bw_factor(hw, False)
     with_indexer = bool(m.indexer and lg.indexer_layers[gi])
@@ -118,10 +119,12 @@ def _group_plan(ctx: CostContext, lay: Layout, phase: str, gi: int) -> GroupPlan
         fi = 2.0 * (ix.heads / lay.tp) * ix.head_dim
         pi = hw.peak("fp4" if o.fp4_indexer else "fp8") * hw.efficiency.attention_compute
         bi = hw.hbm_bw_bytes_per_s * hw.efficiency.attention_memory
+    # prefill: a query tile shares its window and dense entries' reads (attention_cost.prefill_read_share)
+    shared = prefill_read_share(phase)
     for i, code in enumerate(codes):
         # window entries: every code attends them
         gmap[0, i] = fa / pa
-        gmap[0, 2 * nc + i] = att.window_entry_bytes / ba
+        gmap[0, 2 * nc + i] = att.window_entry_bytes * shared / ba
         if code.ratio == 0:
             continue
         if code.indexer:
@@ -134,7 +137,7 @@ def _group_plan(ctx: CostContext, lay: Layout, phase: str, gi: int) -> GroupPlan
                 gmap[1, 3 * nc + i] = ix.score_bytes / code.ratio / bi  # top-k scores = L / ratio
         else:  # dense compressed: comp = L / ratio
             gmap[1, i] = fa / code.ratio / pa
-            gmap[1, 2 * nc + i] = att.compressed_entry_bytes / code.ratio / ba
+            gmap[1, 2 * nc + i] = att.compressed_entry_bytes * shared / code.ratio / ba
     # single-token decode: Kr == L, capped sums come as sum(min(e, top_k x ratio)) (entries x ratio)
     dmap = np.vstack([gmap[0], gmap[1] + gmap[2], gmap[3:]])
     for j, i in enumerate(idx_codes):

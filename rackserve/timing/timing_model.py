@@ -10,6 +10,7 @@ from rackserve.timing.engram_placement import HBM_SHARDED, check_placement
 from rackserve.timing.layout import Layout, make_layout
 from rackserve.timing.optimizations import Optimizations, parse_optimizations
 from rackserve.timing.overlap import OVERLAPPED, overlap_total, overlapped, split_in_two
+from rackserve.timing.precision import with_precision
 from rackserve.timing.spec import HardwareSpec, ModelSpec, load_hardware, load_model
 from rackserve.timing.speculative import (
     Speculation,
@@ -78,7 +79,7 @@ class TimingModel:
         )
         self._draft: TimingModel | None = None
         self._ctx = CostContext.build(hardware, model, self.optimizations, engram_placement)
-        self._layouts: dict[tuple[str, int | None], Layout] = {}
+        self._layouts: dict[tuple[str, int | None, int], Layout] = {}
         self._estimates: dict[tuple[str, int, int], float] = {}
         self._estimate_bases: dict[Layout, float] = {}  # prefill_estimate_s' reference step per layout
         self._plans: dict[tuple[Layout, str], StepPlan] = {}
@@ -93,6 +94,8 @@ class TimingModel:
         engram_placement: str = HBM_SHARDED,
         acceptance_length: float | None = None,
         reference_chunk_tokens: int = REFERENCE_PREFILL_TOKENS,
+        expert_precision: str | None = None,
+        attention_math: str | None = None,
     ) -> TimingModel:
         opts = (
             optimizations
@@ -100,8 +103,8 @@ class TimingModel:
             else parse_optimizations(optimizations)
         )
         return TimingModel(
-            load_hardware(hardware), load_model(model), opts, block_tokens, engram_placement,
-            acceptance_length, reference_chunk_tokens,
+            load_hardware(hardware), with_precision(load_model(model), expert_precision, attention_math), opts,
+            block_tokens, engram_placement, acceptance_length, reference_chunk_tokens,
         )
 
     @staticmethod
@@ -118,6 +121,8 @@ class TimingModel:
             section.engram_placement,
             None if spec is None else spec.acceptance_length,
             reference_chunk_tokens,
+            getattr(section, "expert_precision", None),
+            getattr(section, "attention_math", None),
         )
 
     def _again(self, hardware: HardwareSpec, optimizations: Optimizations) -> TimingModel:
@@ -146,10 +151,10 @@ class TimingModel:
         )
         return self._again(self.hardware, opts)
 
-    def layout(self, name: str, ranks: int | None = None) -> Layout:
-        key = (name, ranks)
+    def layout(self, name: str, ranks: int | None = None, moe_tp: int = 1) -> Layout:
+        key = (name, ranks, moe_tp)
         if key not in self._layouts:
-            self._layouts[key] = make_layout(name, ranks)
+            self._layouts[key] = make_layout(name, ranks, moe_tp)
         return self._layouts[key]
 
     def step_time(self, phase: str, layout: Layout, batch: StepBatch) -> StepCost:
@@ -245,9 +250,9 @@ class TimingModel:
     def _draft_model(self) -> TimingModel:
         if self._draft is None:
             draft_opts = self.optimizations.with_switch("mtp", False)
-            self._draft = TimingModel(
-                self.hardware, draft_model(self.model, layers=1), draft_opts, self.block_tokens
-            )
+            # the draft passes run inside the step's graph: its host work is the verify pass's alone
+            quiet = self.hardware.model_copy(update={"step_overhead_s": 0.0})
+            self._draft = TimingModel(quiet, draft_model(self.model, layers=1), draft_opts, self.block_tokens)
         return self._draft
 
     def _speculative_cost(self, verify: StepCost, first: StepCost, rest: list[tuple]) -> StepCost:
@@ -329,8 +334,9 @@ class TimingModel:
         b = decode_passes(self._ctx, plan, (counts - heads).tolist(), cached[:, ~in_a], experts)
         layers = max(self.model.layers - self.model.moe.first_dense_layers, 1)
         out = []
+        host = self.hardware.step_overhead_s
         for s, x, y in zip(serial, a, b, strict=True):
-            out.append(_overlapped_pass(s, x, y, layers))
+            out.append(_overlapped_pass(s, x, y, layers, host))
         return out
 
     def decode_token_time(self, layout: Layout, batch: StepBatch) -> StepCost:
@@ -419,11 +425,12 @@ class TimingModel:
         return hw.nvlink_latency_s + bytes_ / comm.pool_dram_bw(hw) + blocks
 
     def pd_transfer_s(self, tokens: int) -> float:
-        """Prefill rank -> decode rank: the prompt's KV plus its sliding-window buffer, over NVLink."""
+        """Prefill rank -> decode rank: the prompt's KV plus its sliding-window buffer, over the path
+        it takes (comm.pd_path_time: NVLink inside a rack-sized NVLink domain, else the NICs)."""
         if tokens <= 0:
             return 0.0
         bytes_ = tokens * self.model.kv_bytes_per_token + self.model.window_buffer_bytes
-        return float(comm.p2p_time(self.hardware, bytes_))
+        return float(comm.pd_path_time(self.hardware, bytes_))
 
     def prefill_estimate_s(self, layout: Layout, new_tokens: int, cached_tokens: int) -> float:
         """Cheap scalar for the router: the time this prompt adds to a busy prefill rank of `layout`,
@@ -453,14 +460,17 @@ class TimingModel:
         return value
 
 
-def _overlapped_pass(serial: tuple, a: tuple, b: tuple, layers: int) -> tuple:
+def _overlapped_pass(serial: tuple, a: tuple, b: tuple, layers: int, host: float = 0.0) -> tuple:
     """overlap.overlapped of a one-token draft pass given as (total_s, dispatch_combine, busy) for
-    its serial step and halves: (total_s, rank_busy_s, hidden_s), the same arithmetic."""
+    its serial step and halves: (total_s, rank_busy_s, hidden_s), the same arithmetic (the second
+    half's host work, `host` where it has any, paid once)."""
     total_s, dc, busy = serial
     if dc <= 0.0:
         return (total_s, busy, {})
     t_a, m_a, busy_a = a
     t_b, m_b, busy_b = b
+    if t_b > 0.0:
+        t_b -= host
     total = overlap_total(t_a, m_a, t_b, m_b, layers, total_s)
     if total is None:
         return (total_s, busy, {})

@@ -113,6 +113,9 @@ class UniformWorkload(_Spec):
     prompt_tokens: int = Field(gt=0)
     output_tokens: int = Field(gt=0)
     shared_prefix_tokens: int = Field(0, ge=0, description="prefix common to every prompt")
+    length_spread: float = Field(
+        0.0, ge=0, lt=1, description="draw each prompt / output length uniformly in [(1 - s) L, L] "
+        "(InferenceX: 0.2, i.e. 80-100% of ISL and OSL)")
 
 
 AnyWorkload = MooncakeWorkload | AgentXWorkload | AgentXTraceWorkload | UniformWorkload

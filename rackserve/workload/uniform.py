@@ -1,6 +1,10 @@
-"""Closed-loop requests of one shape (e.g. a batch-1 latency probe): `concurrency` lanes, back to back."""
+"""Closed-loop requests of one shape (e.g. a batch-1 latency probe): `concurrency` lanes, back to back.
+With `length_spread` s, each prompt and output length is drawn uniformly from [(1 - s) L, L], seeded,
+as InferenceX's random dataset draws them (benchmark_serving --random-range-ratio 0.8: 80-100%)."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from rackserve.workload.request import Request
 from rackserve.workload.spec import UniformWorkload
@@ -13,6 +17,7 @@ class UniformSource:
         self.block_size = block_size
         self.model_id = model_id
         self._issued = 0
+        self._rng = np.random.default_rng(spec.seed)
 
     def start(self) -> list[Request]:
         lanes = min(self.spec.concurrency, self.spec.requests)
@@ -24,9 +29,18 @@ class UniformSource:
     def _make(self, at: float) -> Request:
         s = self.spec
         chain = HashChain(self.block_size, self.model_id)
-        shared = min(s.shared_prefix_tokens, s.prompt_tokens)
+        prompt, output = self._lengths()
+        shared = min(s.shared_prefix_tokens, prompt)
         chain.extend_content(content_id("shared", s.seed), shared)
-        chain.extend_content(content_id("prompt", s.seed, self._issued), s.prompt_tokens - shared)
-        req = Request(self._issued, at, s.prompt_tokens, s.output_tokens, tuple(chain.hashes))
+        chain.extend_content(content_id("prompt", s.seed, self._issued), prompt - shared)
+        req = Request(self._issued, at, prompt, output, tuple(chain.hashes))
         self._issued += 1
         return req
+
+    def _lengths(self) -> tuple[int, int]:
+        s = self.spec
+        if s.length_spread == 0.0:
+            return s.prompt_tokens, s.output_tokens
+        lo = 1.0 - s.length_spread
+        p, o = self._rng.uniform(lo, 1.0, size=2)
+        return max(1, round(p * s.prompt_tokens)), max(1, round(o * s.output_tokens))

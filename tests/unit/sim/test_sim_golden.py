@@ -18,7 +18,12 @@ completion, latency or hit figure moved. Then (issue 32, lockstep stall) least-u
 the wait behind a stepping sibling: its TTFT P50 had been worse than round-robin's (agentx 23.4 vs
 18.7 ms, mooncake 50.3 vs 46.9 ms) and is now 18.7 and 20.0 ms; P90 E2E-normalized interactivity
 627 -> 671 (agentx), 598 -> 655 (agentx-lazy), 79.6 -> 83.9 (mooncake) tok/s/user; completions and hit
-rates unchanged; round-robin and preempt (one instance) unchanged. The scenarios:
+rates unchanged; round-robin and preempt (one instance) unchanged. Rewritten again for issue 48's
+system physics, fitted on public measured deployments (rackserve validate --fit): every engine step pays
+the host's step_overhead_s (1.56 ms), each EP barrier waits for the slowest rank (ep_straggler_s x
+sqrt(2 ln ep)), and prefill attention reads its window and dense entries once per 128-query tile; the
+goldens had also drifted on this machine's packages before the change (rank evictions, TTFT samples). The
+scenarios:
 - mooncake: the first 200 records of data/mooncake_synthetic_trace.jsonl at 0.3x inter-arrival,
   2 DEP2 prefill + Wide-EP 8 decode, small rank caches and pool (evictions in every tier),
   decode KV bounded (prompts that cannot fit are rejected);

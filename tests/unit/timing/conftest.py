@@ -30,6 +30,15 @@ def scenarios(tm: TimingModel) -> list[tuple[str, str, object, StepBatch]]:
     ]
 
 
+# The system terms fitted on public deployments (per-step host work, EP barrier waits; issue 48) off:
+# the tests here check kernel-level mechanisms; tests/unit/timing/test_layout.py checks those terms.
+BARE = {"ep_straggler_s": 0.0, "step_overhead_s": 0.0}
+
+
+def bare(tm: TimingModel) -> TimingModel:
+    return tm.with_hardware(tm.hardware.model_copy(update=BARE))
+
+
 @pytest.fixture(scope="module")
 def vr200() -> TimingModel:
-    return TimingModel.create("vr200", "deepseek-v4.1-flash", "rubin-optimized")
+    return bare(TimingModel.create("vr200", "deepseek-v4.1-flash", "rubin-optimized"))

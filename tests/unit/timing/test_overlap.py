@@ -55,7 +55,7 @@ def test_overlap_never_slower_than_serial_nor_faster_than_its_longest_part(vr200
         applied += 1
         a, b = (serial.step_time(phase, lay, h) for h in split_in_two(batch))
         comm = a.breakdown["dispatch_combine"] + b.breakdown["dispatch_combine"]
-        compute = a.total_s + b.total_s - comm
+        compute = a.total_s + b.total_s - comm - b.breakdown.get("host_overhead", 0.0)  # host work once a step
         assert on.total_s >= max(compute, comm) - 1e-15
         exposed_plus_hidden = on.breakdown["dispatch_combine"] + on.hidden_s["dispatch_combine"]
         assert exposed_plus_hidden == pytest.approx(comm)

@@ -8,7 +8,7 @@ from rackserve.timing import TimingModel
 from rackserve.timing.spec import load_model, parse_model
 from rackserve.timing.speculative import draft_model, expected_accepted, speculation, verify_batch
 
-from .conftest import decode_step, scenarios
+from .conftest import bare, decode_step, scenarios
 
 
 def test_expected_accepted_tokens_by_hand():
@@ -72,9 +72,29 @@ def test_draft_model_has_the_reference_shape():
     draft = draft_model(load_model("deepseek-v4.1-flash"))
     assert (draft.layers, draft.moe.experts, draft.moe.top_k) == (3, 128, 3)
     assert draft.engram is None and draft.mtp is None and draft.prefill.full_layers == 3
-    v3 = TimingModel.create(model="deepseek-v3")  # no draft layers in its spec
-    assert v3.speculation is None and "draft layers" in v3.skipped_switches["mtp"]
-    assert not v3.optimizations.mtp
+    bare = load_model("deepseek-v3").model_copy(update={"mtp": None})  # a model without draft layers
+    plain = TimingModel.create(model="deepseek-v3")
+    none = TimingModel(plain.hardware, bare, plain.requested_optimizations)
+    assert none.speculation is None and "draft layers" in none.skipped_switches["mtp"]
+    assert not none.optimizations.mtp
+
+
+def test_deepseek_v3_runs_its_mtp_module():
+    """DeepSeek-V3 / R1 speculate with their one MTP module (3 drafts, TensorRT-LLM nextn 3): the
+    switch is kept, a step keeps the spec's (fitted) acceptance length, the rates alone give 3.16, and the
+    draft is one full MoE layer."""
+    v3 = TimingModel.create(hardware="gb200", model="deepseek-v3", optimizations="baseline")
+    assert v3.optimizations.mtp and "mtp" not in v3.skipped_switches
+    assert v3.verify_tokens == 4
+    assert v3.expected_accepted_tokens() == pytest.approx(load_model("deepseek-v3").mtp.acceptance_length)
+    assert expected_accepted(load_model("deepseek-v3").mtp.acceptance) == pytest.approx(1 + 0.87 + 0.87 * 0.81 + 0.87 * 0.81 * 0.83)
+    draft = draft_model(load_model("deepseek-v3"), layers=1)
+    assert (draft.layers, draft.moe.experts, draft.moe.top_k, draft.moe.first_dense_layers) == (1, 256, 8, 0)
+    off = v3.with_optimizations("baseline,-mtp")
+    wide = v3.layout("dep", 16)
+    one = decode_step(16, 64, 1024)
+    per_token = v3.decode_token_time(wide, one).total_s
+    assert per_token < off.step_time("decode", wide, one).total_s  # MTP pays at a small batch
 
 
 def test_acceptance_rates_must_match_the_drafts():
@@ -146,7 +166,8 @@ def test_drafting_is_priced_pass_after_pass(vr200):
     passes = draft_batches(batch, vr200.speculation.draft_tokens)
     assert len(passes) == 4 and passes[0] is batch
     assert all(int(p.ranks[0].new_tokens[0]) == 1 for p in passes[1:])
-    one_layer = TimingModel(vr200.hardware, draft_model(vr200.model, layers=1),
+    quiet = vr200.hardware.model_copy(update={"step_overhead_s": 0.0})  # drafts run in the step's graph
+    one_layer = TimingModel(quiet, draft_model(vr200.model, layers=1),
                             vr200.optimizations.with_switch("mtp", False))
     want = sum(one_layer.step_time("decode", tp8, p).total_s for p in passes)
     cost = vr200.speculative_step_time(tp8, batch)
@@ -201,7 +222,7 @@ def test_verify_positions_read_a_sequences_kv_once():
     from rackserve.timing.batch_features import step_arrays
     from rackserve.timing.parts import Parts
 
-    tm = TimingModel.create(optimizations="baseline")
+    tm = bare(TimingModel.create(optimizations="baseline"))
     ctx, wide = tm._ctx, tm.layout("wide-ep", ranks=8)
     one = decode_step(8, 256, 120_000)
     parts = []

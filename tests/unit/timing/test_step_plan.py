@@ -10,6 +10,8 @@ import pytest
 
 from rackserve.timing import RankBatch, StepBatch, TimingModel
 
+from .conftest import bare
+
 REL = 1e-9
 
 
@@ -64,7 +66,7 @@ def test_fast_path_matches_reference(hardware, model):
 
 
 def test_fast_path_decode_leap_and_estimate_match_reference(vr200):
-    ref = TimingModel.create("vr200", "deepseek-v4.1-flash", "rubin-optimized,-mtp")
+    ref = bare(TimingModel.create("vr200", "deepseek-v4.1-flash", "rubin-optimized,-mtp"))
     fast = vr200.with_optimizations("rubin-optimized,-mtp")  # the leap of plain one-token steps
     dep2, wide = vr200.layout("dep2"), vr200.layout("wide-ep", 8)
     rng = np.random.default_rng(2)
@@ -142,7 +144,7 @@ def test_prefill_ranks_memoized_alone_price_pairs_as_fresh(vr200):
     for x, y in ((a, b), (b, c), (c, a)):
         vr200.step_time("prefill", dep2, StepBatch((x, y)))
     for pair in ((b, a), (a, c), (c, b), (a, a)):
-        fresh = TimingModel.create("vr200", "deepseek-v4.1-flash", "rubin-optimized")
+        fresh = bare(TimingModel.create("vr200", "deepseek-v4.1-flash", "rubin-optimized"))
         assert vr200.step_time("prefill", dep2, StepBatch(pair)) == fresh.step_time("prefill", dep2, StepBatch(pair))
         _assert_same(vr200.step_time("prefill", dep2, StepBatch(pair)),
                      fresh.step_time_reference("prefill", dep2, StepBatch(pair)), pair)

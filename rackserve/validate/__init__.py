@@ -1,0 +1,1 @@
+"""`rackserve validate`: the twin against public measured serving points (data/public-points)."""
