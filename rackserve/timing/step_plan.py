@@ -9,23 +9,29 @@ Attention and indexer times are linear in four per-rank sums (window entries W, 
 indexer key reads Kr, selected entries per indexer code) until the roofline max, so one matrix maps
 the sums to (compute, memory) times of every (kernel, attention code) at once. The token-count-only
 components (projections, mHC, all-reduce, LM head, engram, MoE) come from step_cost's memoized
-bundles.
+bundles. The plan itself is built in plan.py, the per-rank features and their times are
+plan_features.py's, the critical path step_assemble.py's; this file prices batches with them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import attrgetter
 
 import numpy as np
 
-from rackserve.timing.attention_cost import prefill_read_share
 from rackserve.timing.batch import StepBatch, StepCost
 from rackserve.timing.cost_context import MEMO_LIMIT, CostContext
-from rackserve.timing.layout import Layout
-from rackserve.timing.parts import Bundle, label
-from rackserve.timing.roofline import domain_bw_factor
+from rackserve.timing.plan import GroupPlan, RowStack, StepPlan, build_plan  # noqa: F401  (re-exported)
+from rackserve.timing.plan_features import (
+    Group,
+    _general_features,
+    _general_features_by_row,  # noqa: F401  (re-exported: tests compare the two feature paths)
+    _kv_times,
+    _kv_times_many,
+    _stacked,
+)
+from rackserve.timing.step_assemble import _assemble, _assemble_one
 from rackserve.timing.step_cost import token_bundle
 
 _NEW = attrgetter("new_tokens")
@@ -34,316 +40,6 @@ _HBM = attrgetter("pool_hbm_tokens")
 _DRAM = attrgetter("pool_dram_tokens")
 _ONES = b""  # int64 ones, grown on demand (see _grow_ones)
 _INT64 = np.dtype(np.int64)
-
-
-@dataclass(frozen=True)
-class GroupPlan:
-    """Constants of one layer group's context-dependent part (attention + indexer over C codes).
-
-    Columns of the maps: [attention compute x C, indexer compute x C, attention memory x C,
-    indexer memory x C]; rows: general features [W, L, Kr, capped per indexer code] or, for
-    single-token decode, [W, L, capped per indexer code] (Kr == L there).
-    """
-
-    gi: int
-    layers: int
-    window: float
-    tail: int  # prefill tail group: queries = min(new, tail); 0 for the all-token group
-    indexer_ratios: tuple[tuple[float, float], ...]  # (ratio, top_k) per indexer code
-    decode_caps: np.ndarray  # [F_d, 1] caps of e = cached + 1
-    decode_map: np.ndarray  # [F_d, 4C]
-    general_map: np.ndarray  # [F_g, 4C]
-    omo: np.ndarray  # [2C] 1 - overlap (attention), 0 (indexer)
-    gather: np.ndarray  # [2C] exposed KV-gather latency of indexer codes (decode only)
-    weights: np.ndarray  # [2C, 2] layer counts -> (attention, indexer) totals
-    overhead: float
-    has_indexer: bool
-    d_const: np.ndarray  # [2] per-kernel overhead + gather latency of a non-idle rank, @ weights
-    d_const_list: tuple[float, float]
-    d_omo: np.ndarray | None  # [2C] 1 - overlap; None when every kernel overlaps fully
-    d_out: np.ndarray  # [(2 or 3) x 2C, 7]: [max(tc, tm), (min(tc, tm)), tc, tm] -> 7 totals
-    has_gather: bool  # gather.any()
-    # _general_features' constants, its rows computed in the order [L, W, capped per indexer code,
-    # Kr, W_read, L_read, capped_read per indexer code, tokens, seqs] (the sums of positions as
-    # the capped sums with no knee): knee caps x divisors, divisors, caps, per indexer code its
-    # ratio and top_k, and the permutation back to the feature order
-    f_knee: np.ndarray  # [2 + I, 1]
-    f_div: np.ndarray  # [1 + I, 1]
-    f_cap: np.ndarray  # [1 + I, 1]
-    f_ratio: np.ndarray  # [I, 1]
-    f_top_k: np.ndarray  # [I, 1]
-    f_order: np.ndarray  # [7 + 2I]
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    """Everything per (layout, phase) that does not depend on the batch."""
-
-    layout: Layout
-    phase: str
-    groups: tuple[GroupPlan, ...]
-    # decode: _decode_entry's tuple per tuple of sequences per rank; prefill: _rank_row's row per
-    # (group index, new tokens, cached tokens) of a rank
-    memo: dict = field(default_factory=dict, compare=False, repr=False)
-    bundles: dict = field(default_factory=dict, compare=False, repr=False)  # _finish's token bundles
-    row_stack: RowStack | None = field(default=None, compare=False, repr=False)  # prefill: _rank_rows'
-
-
-def build_plan(ctx: CostContext, lay: Layout, phase: str) -> StepPlan:
-    lg = ctx.groups[phase]
-    groups = []
-    for gi in (0, 1):
-        if lg.layers[gi] == 0:
-            continue
-        if gi == 1 and (phase == "decode" or ctx.model.prefill.full_layers >= ctx.model.layers):
-            continue
-        groups.append(_group_plan(ctx, lay, phase, gi))
-    stack = _row_stack(tuple(groups)) if phase == "prefill" and groups else None
-    return StepPlan(lay, phase, tuple(groups), row_stack=stack)
-
-
-def _group_plan(ctx: CostContext, lay: Layout, phase: str, gi: int) -> GroupPlan:
-    hw, m, o = ctx.hw, ctx.model, ctx.opts
-    att, lg = m.attention, ctx.groups[phase]
-    codes = ctx.codes
-    nc = len(codes)
-    idx_codes = [i for i, c in enumerate(codes) if c.ratio and c.indexer]
-    fg = 3 + len(idx_codes)
-    gmap = np.zeros((fg, 4 * nc))
-    fa = att.flops_per_entry(phase, lay.tp)
-    pa = hw.peak(att.math_dtype) * hw.efficiency.attention_compute
-    ba = hw.hbm_bw_bytes_per_s * hw.efficiency.attention_memory * domain_bw_factor(hw, False)
-    with_indexer = bool(m.indexer and lg.indexer_layers[gi])
-    if m.indexer:
-        ix = m.indexer
-        fi = 2.0 * (ix.heads / lay.tp) * ix.head_dim
-        pi = hw.peak("fp4" if o.fp4_indexer else "fp8") * hw.efficiency.attention_compute
-        bi = hw.hbm_bw_bytes_per_s * hw.efficiency.attention_memory
-    # prefill: a query tile shares its window and dense entries' reads (attention_cost.prefill_read_share)
-    shared = prefill_read_share(phase)
-    for i, code in enumerate(codes):
-        # window entries: every code attends them
-        gmap[0, i] = fa / pa
-        gmap[0, 2 * nc + i] = att.window_entry_bytes * shared / ba
-        if code.ratio == 0:
-            continue
-        if code.indexer:
-            row = 3 + idx_codes.index(i)  # comp = capped sum (already in entries)
-            gmap[row, i] = fa / pa
-            gmap[row, 2 * nc + i] = att.compressed_entry_bytes / ba
-            if with_indexer:
-                gmap[1, nc + i] = fi / code.ratio / pi  # scan = L / ratio
-                gmap[2, 3 * nc + i] = ix.key_bytes / code.ratio / bi  # keys = Kr / ratio
-                gmap[1, 3 * nc + i] = ix.score_bytes / code.ratio / bi  # top-k scores = L / ratio
-        else:  # dense compressed: comp = L / ratio
-            gmap[1, i] = fa / code.ratio / pa
-            gmap[1, 2 * nc + i] = att.compressed_entry_bytes * shared / code.ratio / ba
-    # single-token decode: Kr == L, capped sums come as sum(min(e, top_k x ratio)) (entries x ratio)
-    dmap = np.vstack([gmap[0], gmap[1] + gmap[2], gmap[3:]])
-    for j, i in enumerate(idx_codes):
-        dmap[2 + j] /= codes[i].ratio
-    if phase == "decode":  # a verify block reads each sequence's KV entries once (_read_rows)
-        gmap = _reads_apart(gmap, nc, idx_codes)
-    else:
-        gmap = np.vstack([gmap, np.zeros((2 + len(idx_codes), 4 * nc))])
-    window = float(att.window) if att.window else 0.0
-    caps = [window, np.inf] + [float(codes[i].top_k * codes[i].ratio) for i in idx_codes]
-    overlap = 1.0 if o.attn_overlap else hw.efficiency.attention_overlap
-    omo = np.concatenate([np.full(nc, 1.0 - overlap), np.zeros(nc)])
-    gather = np.zeros(2 * nc)
-    if phase == "decode" and not o.kv_gather_ahead:
-        gather[:nc] = hw.microarch.gather_latency_s * ctx.indexer_codes
-    weights = np.zeros((2 * nc, 2))
-    weights[:nc, 0] = lg.code_counts[gi]
-    if with_indexer:
-        weights[nc:, 1] = lg.code_counts[gi]
-    # single-token decode, non-idle rank: every feature with a positive cap is >= 1, so which
-    # kernels move bytes (and pay their launch) is static
-    moves = (dmap[np.array(caps) > 0] > 0).any(axis=0)[2 * nc :]
-    d_const = (hw.microarch.kernel_overhead_s * moves + gather) @ weights
-    weights3 = np.column_stack([weights, weights.sum(axis=1)])
-    wide = np.zeros((4 * nc, 4))  # blockdiag(weights, weights): compute, memory totals
-    wide[: 2 * nc, :2] = weights
-    wide[2 * nc :, 2:] = weights
-    blocks = [np.hstack([weights3, np.zeros((2 * nc, 4))])]
-    if omo.any():
-        blocks.append(np.hstack([omo[:, None] * weights3, np.zeros((2 * nc, 4))]))
-    blocks.append(np.hstack([np.zeros((4 * nc, 3)), wide]))
-    d_out = np.vstack(blocks)
-    return GroupPlan(
-        gi=gi,
-        layers=lg.layers[gi],
-        window=window,
-        tail=m.prefill.tail_tokens if gi == 1 else 0,
-        indexer_ratios=tuple((float(codes[i].ratio), float(codes[i].top_k)) for i in idx_codes),
-        decode_caps=np.array(caps)[:, None],
-        decode_map=dmap,
-        general_map=gmap,
-        omo=omo,
-        gather=gather,
-        weights=weights,
-        overhead=hw.microarch.kernel_overhead_s,
-        has_indexer=with_indexer,
-        d_const=d_const,
-        d_const_list=tuple(d_const.tolist()),
-        d_omo=None if not omo.any() else omo,
-        d_out=d_out,
-        has_gather=bool(gather.any()),
-        **_feature_constants(window, [(float(codes[i].ratio), float(codes[i].top_k)) for i in idx_codes]),
-    )
-
-
-def _feature_constants(window: float, ratios: list[tuple[float, float]]) -> dict[str, np.ndarray]:
-    """GroupPlan's f_* fields (see there) for a window and (ratio, top_k) per indexer code."""
-    nidx = len(ratios)
-    col = lambda xs: np.array(xs, dtype=np.float64).reshape(-1, 1)  # noqa: E731
-    r0 = 3 + nidx
-    computed = [1, 0, *range(3, 3 + nidx), 2, r0, r0 + 1, *range(r0 + 2, r0 + 2 + nidx), r0 + 2 + nidx, r0 + 3 + nidx]
-    return {
-        "f_knee": col([np.inf, window * 1.0] + [top_k * ratio for ratio, top_k in ratios]),
-        "f_div": col([1.0] + [ratio for ratio, _ in ratios]),
-        "f_cap": col([window] + [top_k for _, top_k in ratios]),
-        "f_ratio": col([ratio for ratio, _ in ratios]),
-        "f_top_k": col([top_k for _, top_k in ratios]),
-        "f_order": np.argsort(computed),
-    }
-
-
-def _reads_apart(gmap: np.ndarray, nc: int, idx_codes: list[int]) -> np.ndarray:
-    """The general map with the KV-entry bytes (window, dense compressed, indexer-selected) moved
-    from the per-query sums to per-sequence read rows [W_read, L_read, capped_read per indexer code]
-    (step_plan's general features): the positions of one sequence's verify block share its window
-    and compressed entries and read them once; FLOPs, key reads and scores stay per query."""
-    nidx = len(idx_codes)
-    out = np.vstack([gmap, np.zeros((2 + nidx, 4 * nc))])
-    r0 = 3 + nidx
-    mem = slice(2 * nc, 3 * nc)  # attention memory columns
-    out[r0, mem], out[0, mem] = gmap[0, mem], 0.0
-    out[r0 + 1, mem], out[1, mem] = gmap[1, mem], 0.0
-    for j in range(nidx):
-        out[r0 + 2 + j, mem], out[3 + j, mem] = gmap[3 + j, mem], 0.0
-    return out
-
-
-def _linear(lo2: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """sum of p for p in (lo, hi], given lo2 = lo (lo + 1)."""
-    return (hi * (hi + 1.0) - lo2) * 0.5
-
-
-def _capped(lo: np.ndarray, lo2: np.ndarray, hi: np.ndarray, div: float, cap: float) -> np.ndarray:
-    """sum of min(p / div, cap) for p in (lo, hi] (the knee clipped into [lo, hi])."""
-    knee = np.minimum(np.maximum(lo, cap * div), hi)
-    return _linear(lo2, knee) / div + (hi - knee) * cap
-
-
-def _general_features(gp: GroupPlan, q: np.ndarray, end: np.ndarray, starts, nonempty, zeros=None):
-    """Per-rank sums [W, L, Kr, capped per indexer code, W_read, L_read, capped_read per indexer
-    code, tokens, seqs] for queries q ending at end; the read rows count each sequence's entries
-    once (the union of its queries' windows, everything up to its last position, its last
-    position's selection: batch_features.group_sums). _general_features_by_row's operations, element
-    by element, on blocks of rows (GroupPlan's f_* constants). `zeros`: positions whose columns are
-    set to zero before the sums (features_together's separators)."""
-    n = q.size
-    nidx = gp.f_ratio.shape[0]
-    lo = end - q
-    lo2 = lo * (lo + 1.0)
-    rows = np.zeros((7 + 2 * nidx, n + 1))
-    c = 2 + nidx  # L, W and the capped rows: _linear up to their knees, then _capped's terms
-    knee = np.minimum(np.maximum(lo, gp.f_knee), end)
-    lin = rows[:c, :n]
-    np.multiply(knee * (knee + 1.0) - lo2, 0.5, out=lin)
-    np.add(lin[1:] / gp.f_div, (end - knee[1:]) * gp.f_cap, out=lin[1:])
-    np.multiply(end, np.ceil(q / 128.0), out=rows[c, :n])
-    some = q > 0
-    if gp.window:
-        np.minimum(end, gp.window + q - 1.0, out=rows[c + 1, :n])
-    rows[c + 2, :n] = end
-    if nidx:
-        np.minimum(end / gp.f_ratio, gp.f_top_k, out=rows[c + 3 : c + 3 + nidx, :n])
-    reads = rows[c + 1 : c + 3 + nidx, :n]
-    np.multiply(reads, some, out=reads)
-    rows[-2, :n] = q
-    rows[-1, :n] = some
-    if zeros:
-        rows[:, zeros] = 0.0
-    return np.add.reduceat(rows, starts, axis=1)[gp.f_order] * nonempty  # [F_g + 2, R]
-
-
-def _general_features_by_row(gp: GroupPlan, q: np.ndarray, end: np.ndarray, starts, nonempty):
-    """_general_features row by row, as first written (the reference the tests compare it with)."""
-    n = q.size
-    nidx = len(gp.indexer_ratios)
-    lo = end - q
-    lo2 = lo * (lo + 1.0)
-    rows = np.zeros((7 + 2 * nidx, n + 1))
-    rows[0, :n] = _capped(lo, lo2, end, 1.0, gp.window)
-    rows[1, :n] = _linear(lo2, end)
-    rows[2, :n] = end * np.ceil(q / 128.0)
-    some = q > 0
-    r0 = 3 + nidx
-    rows[r0, :n] = np.minimum(end, gp.window + q - 1.0) * some if gp.window else 0.0
-    rows[r0 + 1, :n] = end * some
-    for j, (ratio, top_k) in enumerate(gp.indexer_ratios):
-        rows[3 + j, :n] = _capped(lo, lo2, end, ratio, top_k)
-        rows[r0 + 2 + j, :n] = np.minimum(end / ratio, top_k) * some
-    rows[-2, :n] = q
-    rows[-1, :n] = q > 0
-    return np.add.reduceat(rows, starts, axis=1) * nonempty  # [F_g + 2, R]
-
-
-def _kv_times(gp: GroupPlan, feats: np.ndarray, fmap: np.ndarray, seqs: np.ndarray):
-    """Per-rank (attention, indexer) times [R, 2], and per-rank compute/memory [R, 2C] each."""
-    x = feats.T @ fmap  # [R, 4C]
-    half = x.shape[1] // 2
-    tc, tm = x[:, :half], x[:, half:]
-    t = np.maximum(tc, tm) + gp.omo * np.minimum(tc, tm) + gp.overhead * (tm > 0)
-    if gp.has_gather:
-        t = t + (seqs > 0)[:, None] * gp.gather
-    return t @ gp.weights, tc, tm
-
-
-def _kv_times_many(gp: GroupPlan, fs: list[np.ndarray]) -> list[tuple]:
-    """_kv_times(gp, f[:-2], gp.general_map, f[-1]) of each f of `fs` (the same ranks): the
-    matrix products one by one, the element-wise operations on all of them stacked."""
-    fmap = gp.general_map
-    x = _stacked([f[:-2].T @ fmap for f in fs])  # [B, R, 4C]
-    half = x.shape[2] // 2
-    tc, tm = x[:, :, :half], x[:, :, half:]
-    t = np.maximum(tc, tm) + gp.omo * np.minimum(tc, tm) + gp.overhead * (tm > 0)
-    if gp.has_gather:
-        seqs = _stacked([f[-1] for f in fs])
-        t = t + (seqs > 0)[:, :, None] * gp.gather
-    w = gp.weights
-    return [(ti @ w, tci, tmi) for ti, tci, tmi in zip(t, tc, tm, strict=True)]
-
-
-def _stacked(arrays: list[np.ndarray]) -> np.ndarray:
-    """np.stack of arrays of one shape (cheaper: one concatenation, reshaped)."""
-    return np.concatenate(arrays).reshape(len(arrays), *arrays[0].shape)
-
-
-class _Group:
-    """One layer group's per-call results."""
-
-    __slots__ = ("gp", "kv", "tc", "tm", "tokens", "seqs", "cm")
-
-    def __init__(self, gp, kv, tc, tm, tokens, seqs, cm=None) -> None:
-        self.gp, self.kv, self.tc, self.tm, self.tokens, self.seqs = gp, kv, tc, tm, tokens, seqs
-        self.cm = cm  # per rank (attention, indexer) compute then memory times [R, 4], when known
-
-    def cm_row(self, ra: int) -> np.ndarray:
-        """Rank ra's (attention, indexer) compute, then memory times [4]."""
-        if self.cm is not None:
-            return self.cm[ra]
-        w = self.gp.weights
-        return np.concatenate((self.tc[ra] @ w, self.tm[ra] @ w))
-
-    def cm_list(self, ra: int) -> list[float]:
-        """cm_row(ra) as floats."""
-        if self.cm is not None:
-            return self.cm[ra].tolist()
-        w = self.gp.weights
-        return (self.tc[ra] @ w).tolist() + (self.tm[ra] @ w).tolist()
 
 
 def fast_step_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer) -> StepCost:
@@ -454,18 +150,18 @@ def general_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, prep: Prepa
     for gp in plan.groups:
         f = prep.features(gp)
         kv, tc, tm = _kv_times(gp, f[:-2], gp.general_map, f[-1])
-        groups.append(_Group(gp, kv, tc, tm, f[-2], f[-1]))
+        groups.append(Group(gp, kv, tc, tm, f[-2], f[-1]))
     return _finish(ctx, plan, batch, groups, kv_transfer, _pooled(prep))
 
 
 def general_costs(ctx: CostContext, plan: StepPlan, items: list[tuple[StepBatch, Prepared]], kv_transfer) -> list[StepCost]:
     """general_cost of each (batch, its Prepared form) of `items` (a step and its halves: the same
     ranks), _kv_times' element-wise part for all of them at once (_kv_times_many)."""
-    groups: list[list[_Group]] = [[] for _ in items]
+    groups: list[list[Group]] = [[] for _ in items]
     for gp in plan.groups:
         fs = [prep.features(gp) for _, prep in items]
         for out, (kv, tc, tm), f in zip(groups, _kv_times_many(gp, fs), fs, strict=True):
-            out.append(_Group(gp, kv, tc, tm, f[-2], f[-1]))
+            out.append(Group(gp, kv, tc, tm, f[-2], f[-1]))
     return [
         _finish(ctx, plan, batch, g, kv_transfer, _pooled(prep))
         for (batch, prep), g in zip(items, groups, strict=True)
@@ -487,7 +183,7 @@ def prepared_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, prep: Prep
     return general_cost(ctx, plan, batch, prep, kv_transfer)
 
 
-def _prefill_groups(plan: StepPlan, ranks) -> list[_Group]:
+def _prefill_groups(plan: StepPlan, ranks) -> list[Group]:
     """A prefill step's layer groups from its ranks' rows (_rank_row), each rank's memoized on its
     own batch: a prefill rank holds a few sequences and its signatures repeat, while the pair of
     two DEP2 ranks' signatures that keys the step memo mostly does not. The rows not memoized are
@@ -508,7 +204,7 @@ def _prefill_groups(plan: StepPlan, ranks) -> list[_Group]:
                     row = fresh[key]
             rows.append(row)
         r = np.concatenate(rows).reshape(len(rows), -1)  # [R, 2 + 4 + 2]: kv times, compute/memory times, tokens, seqs
-        out.append(_Group(gp, r[:, :2], None, None, r[:, 6], r[:, 7], r[:, 2:6]))
+        out.append(Group(gp, r[:, :2], None, None, r[:, 6], r[:, 7], r[:, 2:6]))
     return out
 
 
@@ -532,33 +228,6 @@ def prefill_rows(plan: StepPlan, rank_lists) -> dict:
         memo.clear()
     memo.update(fresh)
     return fresh
-
-
-@dataclass(frozen=True)
-class RowStack:
-    """A prefill plan's layer groups side by side, for _rank_rows: their general maps [G, F, 4C]
-    and weights [G, 2C, 2], and each group's query cap (its tail, inf for the all-token group)."""
-
-    maps: np.ndarray
-    weights: np.ndarray
-    caps: np.ndarray
-    tails: bool
-
-
-def _row_stack(groups: tuple[GroupPlan, ...]) -> RowStack | None:
-    """The RowStack of a plan's groups, or None where they differ in more than their maps, weights
-    and tails (then _rank_rows takes them one by one; not so for a model of this repository:
-    the groups of one phase share window, indexer codes, overlap, launch overhead and gathers)."""
-    g0 = groups[0]
-    for g in groups[1:]:
-        if (g.window, g.indexer_ratios, g.overhead, g.has_gather) != (g0.window, g0.indexer_ratios, g0.overhead,
-                                                                      g0.has_gather) \
-                or g.general_map.shape != g0.general_map.shape or g.omo.tobytes() != g0.omo.tobytes() \
-                or g.gather.tobytes() != g0.gather.tobytes():
-            return None
-    caps = np.array([float(g.tail) if g.tail else np.inf for g in groups])
-    return RowStack(np.stack([g.general_map for g in groups]), np.stack([g.weights for g in groups]), caps,
-                    bool(np.isfinite(caps).any()))
 
 
 _ZERO = np.zeros(1, dtype=np.int64)
@@ -852,101 +521,3 @@ def decode_passes(ctx: CostContext, plan: StepPlan, lens: list[int], cached: np.
         out.append((0.0, 0.0, zero) if total is None else (total, dc, tuple(b)))
     return out
 
-
-def _assemble_one(g: _Group, bundle: Bundle, transfer, lay: Layout) -> StepCost:
-    """_assemble of a step of one layer group (decode): the same operations, fewer of them."""
-    kv = g.kv
-    attn = kv[:, 0] + kv[:, 1]
-    if transfer is not None:
-        attn = attn + transfer
-    attn = attn + bundle.attn_total
-    moe = bundle.moe_total
-    ra = int(attn.argmax())
-    if attn[ra] <= 0 and moe.max() <= 0:
-        return StepCost(0.0, {}, (0.0,) * lay.dp, {})
-    a_t, i_t = kv[ra].tolist()
-    a_c, i_c, a_m, i_m = g.cm_list(ra)
-    values, labels = bundle.rank_tail(ra)
-    if transfer is None:
-        if g.gp.has_indexer:
-            breakdown = {"attention": a_t, "indexer": i_t, **values}
-            bound = {"attention": "compute" if a_c > a_m else "memory", "indexer": "compute" if i_c > i_m else "memory",
-                     **labels}
-        else:
-            breakdown = {"attention": a_t, **values}
-            bound = {"attention": "compute" if a_c > a_m else "memory", **labels}
-    else:
-        breakdown = {"attention": a_t}
-        bound = {"attention": "compute" if a_c > a_m else "memory"}
-        if g.gp.has_indexer:
-            breakdown["indexer"] = i_t
-            bound["indexer"] = "compute" if i_c > i_m else "memory"
-        breakdown["kv_transfer"] = float(transfer[ra])
-        bound["kv_transfer"] = "comm"
-        breakdown.update(values)
-        bound.update(labels)
-    total = sum(breakdown.values())
-    return StepCost(total, breakdown, tuple(np.minimum(attn + moe, total).tolist()), bound)
-
-
-def _assemble(groups, bundles: list[Bundle], transfer, lay: Layout) -> StepCost:
-    kv = groups[0].kv
-    for g in groups[1:]:
-        kv = kv + g.kv
-    attn = kv[:, 0] + kv[:, 1]
-    if transfer is not None:
-        attn = attn + transfer
-    moe = bundles[0].moe_total
-    for b in bundles:
-        attn = attn + b.attn_total
-    for b in bundles[1:]:
-        moe = moe + b.moe_total
-    ra = int(attn.argmax())
-    if attn[ra] <= 0 and moe.max() <= 0:
-        return StepCost(0.0, {}, (0.0,) * lay.dp, {})
-    a_t, i_t = kv[ra].tolist()
-    if len(groups) == 1:
-        a_c, i_c, a_m, i_m = groups[0].cm_list(ra)
-    else:
-        cm = groups[0].cm_row(ra)
-        for g in groups[1:]:
-            cm = cm + g.cm_row(ra)
-        a_c, i_c, a_m, i_m = cm.tolist()
-    breakdown = {"attention": a_t}
-    bound = {"attention": "compute" if a_c > a_m else "memory"}
-    if any(g.gp.has_indexer for g in groups):
-        breakdown["indexer"] = i_t
-        bound["indexer"] = "compute" if i_c > i_m else "memory"
-    if transfer is not None:
-        breakdown["kv_transfer"] = float(transfer[ra])
-        bound["kv_transfer"] = "comm"
-    values, labels = bundles[0].rank_tail(ra) if len(bundles) == 1 else _merged_tail(bundles, ra)
-    breakdown.update(values)
-    bound.update(labels)
-    total = sum(breakdown.values())
-    busy = np.minimum(attn + moe, total)
-    return StepCost(total, breakdown, tuple(busy.tolist()), bound)
-
-
-def _merged_tail(bundles: list[Bundle], ra: int) -> tuple[dict[str, float], dict[str, str]]:
-    """Several layer groups (prefill): their components summed at rank ra, compute/memory from the
-    summed times, the MoE components labelled by the all-token group. Cached on the first bundle
-    (keyed by the others' ids, which the cached entry holds, so an id is never reused for it)."""
-    key = ("merged", ra, *map(id, bundles[1:]))
-    hit = bundles[0]._rank_views.get(key)
-    if hit is not None:
-        return hit[1], hit[2]
-    values: dict[str, float] = {}
-    tc: dict[str, float] = {}
-    tm: dict[str, float] = {}
-    for b in bundles:
-        for acc, part in zip((values, tc, tm), b.rank_view(ra), strict=True):
-            for name, value in part.items():
-                acc[name] = acc.get(name, 0.0) + value
-    labels = {n: label(n, tc, tm) for n in values}
-    for b in bundles:
-        for name, value in b.crit_breakdown.items():
-            values[name] = values.get(name, 0.0) + value
-            labels.setdefault(name, b.crit_bound[name])
-    bundles[0]._rank_views[key] = (bundles[1:], values, labels)
-    return values, labels

@@ -1,0 +1,110 @@
+"""The step's critical path from its layer groups' results and token bundles: the slowest rank's
+attention part + the busiest EP rank's MoE part, with the breakdown of the critical rank."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rackserve.timing.batch import StepCost
+from rackserve.timing.layout import Layout
+from rackserve.timing.parts import Bundle, label
+from rackserve.timing.plan_features import Group
+
+
+def _assemble_one(g: Group, bundle: Bundle, transfer, lay: Layout) -> StepCost:
+    """_assemble of a step of one layer group (decode): the same operations, fewer of them."""
+    kv = g.kv
+    attn = kv[:, 0] + kv[:, 1]
+    if transfer is not None:
+        attn = attn + transfer
+    attn = attn + bundle.attn_total
+    moe = bundle.moe_total
+    ra = int(attn.argmax())
+    if attn[ra] <= 0 and moe.max() <= 0:
+        return StepCost(0.0, {}, (0.0,) * lay.dp, {})
+    a_t, i_t = kv[ra].tolist()
+    a_c, i_c, a_m, i_m = g.cm_list(ra)
+    values, labels = bundle.rank_tail(ra)
+    if transfer is None:
+        if g.gp.has_indexer:
+            breakdown = {"attention": a_t, "indexer": i_t, **values}
+            bound = {"attention": "compute" if a_c > a_m else "memory", "indexer": "compute" if i_c > i_m else "memory",
+                     **labels}
+        else:
+            breakdown = {"attention": a_t, **values}
+            bound = {"attention": "compute" if a_c > a_m else "memory", **labels}
+    else:
+        breakdown = {"attention": a_t}
+        bound = {"attention": "compute" if a_c > a_m else "memory"}
+        if g.gp.has_indexer:
+            breakdown["indexer"] = i_t
+            bound["indexer"] = "compute" if i_c > i_m else "memory"
+        breakdown["kv_transfer"] = float(transfer[ra])
+        bound["kv_transfer"] = "comm"
+        breakdown.update(values)
+        bound.update(labels)
+    total = sum(breakdown.values())
+    return StepCost(total, breakdown, tuple(np.minimum(attn + moe, total).tolist()), bound)
+
+
+def _assemble(groups, bundles: list[Bundle], transfer, lay: Layout) -> StepCost:
+    kv = groups[0].kv
+    for g in groups[1:]:
+        kv = kv + g.kv
+    attn = kv[:, 0] + kv[:, 1]
+    if transfer is not None:
+        attn = attn + transfer
+    moe = bundles[0].moe_total
+    for b in bundles:
+        attn = attn + b.attn_total
+    for b in bundles[1:]:
+        moe = moe + b.moe_total
+    ra = int(attn.argmax())
+    if attn[ra] <= 0 and moe.max() <= 0:
+        return StepCost(0.0, {}, (0.0,) * lay.dp, {})
+    a_t, i_t = kv[ra].tolist()
+    if len(groups) == 1:
+        a_c, i_c, a_m, i_m = groups[0].cm_list(ra)
+    else:
+        cm = groups[0].cm_row(ra)
+        for g in groups[1:]:
+            cm = cm + g.cm_row(ra)
+        a_c, i_c, a_m, i_m = cm.tolist()
+    breakdown = {"attention": a_t}
+    bound = {"attention": "compute" if a_c > a_m else "memory"}
+    if any(g.gp.has_indexer for g in groups):
+        breakdown["indexer"] = i_t
+        bound["indexer"] = "compute" if i_c > i_m else "memory"
+    if transfer is not None:
+        breakdown["kv_transfer"] = float(transfer[ra])
+        bound["kv_transfer"] = "comm"
+    values, labels = bundles[0].rank_tail(ra) if len(bundles) == 1 else _merged_tail(bundles, ra)
+    breakdown.update(values)
+    bound.update(labels)
+    total = sum(breakdown.values())
+    busy = np.minimum(attn + moe, total)
+    return StepCost(total, breakdown, tuple(busy.tolist()), bound)
+
+
+def _merged_tail(bundles: list[Bundle], ra: int) -> tuple[dict[str, float], dict[str, str]]:
+    """Several layer groups (prefill): their components summed at rank ra, compute/memory from the
+    summed times, the MoE components labelled by the all-token group. Cached on the first bundle
+    (keyed by the others' ids, which the cached entry holds, so an id is never reused for it)."""
+    key = ("merged", ra, *map(id, bundles[1:]))
+    hit = bundles[0]._rank_views.get(key)
+    if hit is not None:
+        return hit[1], hit[2]
+    values: dict[str, float] = {}
+    tc: dict[str, float] = {}
+    tm: dict[str, float] = {}
+    for b in bundles:
+        for acc, part in zip((values, tc, tm), b.rank_view(ra), strict=True):
+            for name, value in part.items():
+                acc[name] = acc.get(name, 0.0) + value
+    labels = {n: label(n, tc, tm) for n in values}
+    for b in bundles:
+        for name, value in b.crit_breakdown.items():
+            values[name] = values.get(name, 0.0) + value
+            labels.setdefault(name, b.crit_bound[name])
+    bundles[0]._rank_views[key] = (bundles[1:], values, labels)
+    return values, labels
