@@ -155,3 +155,27 @@ def frontier_explain(
         table.add_row(str(s["step"]), s["change"], *cells, f"{s['peak']:,.0f}")
     console.print(table)
     console.print(f"wrote {out / 'explain.json'}")
+
+
+sensitivity_app = typer.Typer(add_completion=False)
+
+
+@sensitivity_app.command()
+def sensitivity(
+    rack: Annotated[Path, typer.Argument(help="rack file (scenarios/racks/*.yaml)")],
+    versus: Annotated[Path | None, typer.Option(help="a second rack: the rack-over-rack ratio's moves too")] = None,
+    out: Annotated[Path, typer.Option(help="folder for sensitivity.json and sensitivity.md")] = Path("out/sensitivity"),
+) -> None:
+    """Every FREE parameter of the rack's hardware and model files at -25% / +25%: how far the screened
+    envelope's throughput at each target and the peak move, ranked."""
+    from rackserve.search import sensitivity as sens
+
+    try:
+        racks = [load_rack(rack)] + ([load_rack(versus)] if versus else [])
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="RACK") from None
+    doc = sens.sensitivity(*racks)
+    sens.write(doc, out)
+    for row in doc["rows"][:10]:
+        print(f"{row['rack']:>14}  {row['param']:<48} {row['max_abs_move']:+.1%}")
+    print(f"wrote {out / 'sensitivity.json'} and {out / 'sensitivity.md'}")

@@ -90,7 +90,7 @@ SIM_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True, "help_o
 
 def sim(ctx: typer.Context) -> None:
     """Offline simulator: `rackserve sim SCENARIO [--policy a,b] [--trace F] [--out D]`, `rackserve sim sweep ...`,
-    `rackserve sim frontier RACK.yaml --out D` or `rackserve sim explain A.yaml B.yaml --target-tps-user X`."""
+    `rackserve sim frontier RACK.yaml --out D`, `rackserve sim sensitivity RACK.yaml [--versus B.yaml]` or `rackserve sim explain A.yaml B.yaml --target-tps-user X`."""
     args = list(ctx.args)
     if args and args[0] == "sweep":
         from rackserve.sim.cli_sweep import sweep_app
@@ -108,6 +108,10 @@ def sim(ctx: typer.Context) -> None:
         from rackserve.search.cli import frontier_app
 
         frontier_app(args[1:], prog_name="rackserve sim frontier")
+    elif args and args[0] == "sensitivity":
+        from rackserve.search.cli import sensitivity_app
+
+        sensitivity_app(args[1:], prog_name="rackserve sim sensitivity")
     elif args and args[0] == "explain":
         from rackserve.sim.cli_explain import explain_app
 

@@ -119,6 +119,11 @@ PRESETS: dict[str, Optimizations] = {
         **{_n.replace("-", "_"): True for _n in SERVING_DEFAULTS}
     ),  # GB300-era kernels
     "rubin-optimized": Optimizations(**{_n.replace("-", "_"): True for _n in SWITCHES}),
+    # every switch, each kept only where the hardware can run it (applicable()): a rack compared at the
+    # best software its hardware supports. On GB300 (SM100, two dies) that is all but the two SM107 MMA
+    # switches: REFERENCE.md, "the engine forms and DeepSeek's kernel set ran on GB300 before being
+    # rewritten for SM107". `baseline` stays the explicit "no kernel optimizations" preset.
+    "best": Optimizations(**{_n.replace("-", "_"): True for _n in SWITCHES}),
 }
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rackserve.timing.spec import load_model
+from rackserve.timing.speculative import expected_accepted
 from rackserve.validate import phases
 from rackserve.validate.mapping import Mapped, decode_batch_implied, map_point, read_layouts
 from rackserve.validate.points import DEFAULT_POINTS, read_points
@@ -31,7 +33,7 @@ PARAMS = ("ep_straggler_s", "step_overhead_s", "acceptance_length")
 HARDWARE_PARAMS = ("ep_straggler_s", "step_overhead_s")
 GRID = {"ep_straggler_s": np.linspace(0.0, 60e-6, 25), "step_overhead_s": np.linspace(0.0, 6e-3, 25),
         "acceptance_length": np.linspace(1.5, 3.5, 21)}
-START = {"ep_straggler_s": 0.0, "step_overhead_s": 0.0, "acceptance_length": None}  # the files' values before
+START = {"ep_straggler_s": 0.0, "step_overhead_s": 0.0}  # before the fit: no such terms
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,9 @@ def fit(points=DEFAULT_POINTS, leave_one_out: bool = True) -> dict:
 
 
 def _fit_steps(steps: list[DecodeStep]) -> dict:
-    before = dict(START)
-    best = {**START, "acceptance_length": 3.16}
+    rates = load_model("deepseek-v3").mtp.acceptance  # before the fit: the length its rates give (3.16)
+    before = {**START, "acceptance_length": expected_accepted(rates)}
+    best = dict(before)
 
     def cost(values: dict) -> float:
         return float(np.sum(log_errors(steps, values) ** 2))

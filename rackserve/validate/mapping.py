@@ -76,6 +76,7 @@ class Mapped:
     decode_batch_per_rank: int | None = None  # decode-saturated: the batch the row ran at
     acceptance_length: float | None = None  # MTP tokens per step where the row's source states it
     decode_batch_cap: int | None = None  # per decode rank: the running batch the row's figures imply
+    compare: tuple[str, ...] | None = None  # the figures the row can be compared on (None: all it has)
     tput_figure: str = "total"  # total | prefill-input-per-prefill-gpu | decode-output-per-decode-gpu | output-per-gpu
     approximations: tuple[str, ...] = field(default_factory=tuple)
     read_as: str = ""
@@ -151,7 +152,8 @@ def map_point(p: Point, readings: dict[str, dict] | None = None, batch_caps: boo
     return Mapped(
         p.id, kind, hardware, model, precision, attention_math, mtp, prefill, decode, p.isl, p.osl, p.concurrency,
         reading.get("context_tokens"), reading.get("decode_batch_per_rank"),
-        reading.get("acceptance_length"), cap, reading.get("tput_figure", "total"), tuple(approx),
+        reading.get("acceptance_length"), cap, tuple(reading["compare"]) if "compare" in reading else None,
+        reading.get("tput_figure", "total"), tuple(approx),
         reading.get("read_as", ""),
     )
 

@@ -78,12 +78,21 @@ def validate_row(p: Point, m: Mapped) -> dict:
     row["twin"] = {"tput_per_gpu": fig.tput_per_gpu, "tps_user": fig.tps_user, "ttft_s": fig.ttft_s}
     if m.kind == "decode-at-speed":
         row["twin"]["tps_user"] = None  # held at the measured speed: not a prediction
+    if m.compare is not None:
+        row["twin"] = {f: (v if f in m.compare else None) for f, v in row["twin"].items()}
     row["detail"] = fig.detail
     row["gpus"] = m.gpus
     if m.kind == "serving":
         row["scenario_yaml"] = scenario_of(m)
     row["ratio"] = {f: _ratio(row["twin"][f], row["measured"][f]) for f in FIGURES}
     return row
+
+
+def _shown(path: Path) -> str:
+    """A path as a reader of the results can follow it: relative to the project where it is inside."""
+    root = Path(__file__).resolve().parents[2]
+    path = path.resolve()
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def _ratio(twin: float | None, measured: float | None) -> float | None:
@@ -137,7 +146,7 @@ def validate(points: str | Path = DEFAULT_POINTS, layouts: str | Path | None = N
     expressed = [r for r in rows if r["kind"] != "unexpressed"]
     return {
         "schema": SCHEMA,
-        "points": str(points),
+        "points": _shown(Path(points)),
         "batch_caps": batch_caps,
         "rows": rows,
         "median_abs_error": median_abs_error(expressed),

@@ -44,3 +44,18 @@ def test_preset_on_gb300_is_the_preset_without_sm107_switches():
     # moving the same request to Rubin applies them again
     vr = gb.with_hardware(load_hardware("vr200"))
     assert vr.optimizations.fp8xfp4_k64 and not vr.skipped_switches
+
+
+def test_best_is_every_switch_the_hardware_runs():
+    """`best` compares a rack at the best software its hardware supports: GB300 (SM100, two dies) runs
+    all but the SM107 MMA switches, the H200 (one die, no FP4) fewer, Rubin all."""
+    from rackserve.timing import TimingModel
+    from rackserve.timing.optimizations import SWITCHES
+
+    gb = TimingModel.create("gb300", optimizations="best")
+    assert set(gb.skipped_switches) == {"fp8xfp4-k64", "fp4-indexer"}
+    assert set(gb.optimizations.enabled()) == set(SWITCHES) - {"fp8xfp4-k64", "fp4-indexer"}
+    h200 = TimingModel.create("h200", optimizations="best")
+    assert {"domain-local", "tp8-packed-fp4", "fp8xfp4-k64"} <= set(h200.skipped_switches)
+    vr = TimingModel.create("vr200", optimizations="best")
+    assert vr.skipped_switches == {} and vr.optimizations.enabled() == list(SWITCHES)
