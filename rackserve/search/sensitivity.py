@@ -67,9 +67,14 @@ def free_parameters(kind: str, name: str) -> list[FreeParam]:
 
 
 def _with(data: dict, path: tuple[str, ...], value: float) -> dict:
+    """`data` (a spec's model_dump) with the value at `path` replaced; an integer field (SM count, tile
+    rows, passes) takes the nearest integer, at least 1."""
     data = dict(data)
     head, *rest = path
-    data[head] = _with(data[head], tuple(rest), value) if rest else type(data[head])(value) if isinstance(data[head], int) and float(value).is_integer() else value
+    if rest:
+        data[head] = _with(data[head], tuple(rest), value)
+    else:
+        data[head] = max(1, round(value)) if isinstance(data[head], int) else value
     return data
 
 
@@ -88,20 +93,15 @@ class PerturbedCache(TimingCache):
         hw, model = load_hardware(section.hardware), load_model(section.model)
         p = self.param
         if p is not None and p.kind == "hardware":
-            hw = parse_hardware(_with(hw.model_dump(), p.path, _scaled(p, self.factor)), p.name)
+            hw = parse_hardware(_with(hw.model_dump(), p.path, p.value * self.factor), p.name)
         if p is not None and p.kind == "model":
-            model = parse_model(_with(model.model_dump(), p.path, _scaled(p, self.factor)), p.name)
+            model = parse_model(_with(model.model_dump(), p.path, p.value * self.factor), p.name)
         model = with_precision(model, section.expert_precision, section.attention_math)
         spec = section.speculative
         tm = TimingModel(hw, model, parse_optimizations(section.optimizations), section.target_block_tokens,
                          section.engram_placement, spec.acceptance_length)
         self._models[key] = tm
         return tm
-
-
-def _scaled(p: FreeParam, factor: float) -> float:
-    v = p.value * factor
-    return round(v) if float(p.value).is_integer() and p.value >= 8 else v
 
 
 def headline(rack: RackSpec, labels: list[str], cache: TimingCache, mix) -> dict:

@@ -61,8 +61,7 @@ def decode_steps(points=DEFAULT_POINTS) -> list[DecodeStep]:
 
 
 def twin_token_s(step: DecodeStep, values: dict) -> float:
-    tm = phases.timing_model(step.mapped, values.get("acceptance_length"))
-    tm = tm.with_hardware(tm.hardware.model_copy(update={k: values[k] for k in HARDWARE_PARAMS}))
+    tm = phases.timing_model(step.mapped, values.get("acceptance_length"), {k: values[k] for k in HARDWARE_PARAMS})
     lay = phases.layout_of(tm, step.mapped.decode)
     return phases.token_time(tm, lay, step.batch_per_rank, step.context)
 

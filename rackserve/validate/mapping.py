@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from rackserve.timing.spec import load_hardware
 from rackserve.validate.points import Point
 
 DEFAULT_LAYOUTS = Path(__file__).resolve().parents[2] / "data/public-points/layouts.yaml"
@@ -44,6 +45,16 @@ class Workers:
     @property
     def total_gpus(self) -> int:
         return self.gpus * self.count
+
+    @property
+    def gpus_per_rank(self) -> int:
+        """GPUs of one data-parallel rank: all of a tep instance's, one of a dep's."""
+        return self.gpus if self.layout == "tep" else 1
+
+    @property
+    def ranks(self) -> int:
+        """Data-parallel ranks over all the instances."""
+        return self.total_gpus // self.gpus_per_rank
 
     def as_group(self) -> dict:
         group = {"layout": self.layout, "ranks": self.gpus, "count": self.count}
@@ -140,14 +151,14 @@ def map_point(p: Point, readings: dict[str, dict] | None = None, batch_caps: boo
         approx.append(f"{MAX_REQUESTS:,} requests simulated, not the benchmark's 10 x concurrency "
                       f"({p.concurrency * PROMPTS_PER_LANE:,}): its ramp and drain weigh a little more")
     cap = decode_batch_implied(p, decode) if (batch_caps and kind == "serving") else None
-    if cap is not None and cap * decode.total_gpus // (decode.gpus if decode.layout == "tep" else 1) >= p.concurrency:
+    if cap is not None and cap * decode.ranks >= p.concurrency:
         cap = None  # it would not bind
     if cap is not None:
         approx.append(f"decode batch capped at {cap} per rank: the running batch the row's own figures imply "
                       "(Little: output tok/s per decode GPU / tok/s per user); InferenceX configs fix a "
                       "max_batch_size the points do not carry")
     for side, w in (("prefill", prefill), ("decode", decode)):
-        if w is not None and w.gpus > _domain(hardware) and w.layout == "tep":
+        if w is not None and w.gpus > load_hardware(hardware).nvlink_domain_gpus and w.layout == "tep":
             approx.append(f"{side} tep{w.gpus} spans NVLink domains: its all-reduce priced as NVLink")
     return Mapped(
         p.id, kind, hardware, model, precision, attention_math, mtp, prefill, decode, p.isl, p.osl, p.concurrency,
@@ -167,8 +178,7 @@ def decode_batch_implied(p: Point, decode: Workers | None) -> int | None:
     found = _OUT_PER_GPU.search(p.notes or "")
     if not found or not p.tps_user or decode is None:
         return None
-    per_rank_gpus = decode.gpus if decode.layout == "tep" else 1
-    return max(1, round(float(found[1]) * per_rank_gpus / p.tps_user))
+    return max(1, round(float(found[1]) * decode.gpus_per_rank / p.tps_user))
 
 
 def _unexpressed(p: Point, why: str) -> Mapped:
@@ -209,9 +219,6 @@ def _attention_math(text: str, hardware: str, experts: str | None, approx: list[
         return "fp8"
     return None
 
-
-def _domain(hardware: str) -> int:
-    return 72 if hardware.startswith("gb") else 8
 
 
 def _workers(p: Point, reading: dict) -> tuple[Workers | None, Workers | None, str | None]:

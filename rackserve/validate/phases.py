@@ -17,6 +17,9 @@ import math
 from dataclasses import dataclass
 
 from rackserve.timing.batch import RankBatch, StepBatch
+from rackserve.timing.optimizations import parse_optimizations
+from rackserve.timing.precision import with_precision
+from rackserve.timing.spec import load_hardware, load_model
 from rackserve.timing.timing_model import TimingModel
 from rackserve.validate.mapping import LENGTH_SPREAD, Mapped, Workers
 
@@ -32,12 +35,16 @@ class Figures:
     detail: dict
 
 
-def timing_model(m: Mapped, acceptance_length: float | None = None) -> TimingModel:
-    """The row's cost model; `acceptance_length` replaces the row's (and the model spec's) MTP length."""
-    opts = "baseline" if m.mtp else "baseline,-mtp"
+def timing_model(m: Mapped, acceptance_length: float | None = None, hardware: dict | None = None) -> TimingModel:
+    """The row's cost model; `acceptance_length` replaces the row's (and the model spec's) MTP length,
+    `hardware` some of the hardware file's values (the fit's trial values)."""
+    opts = parse_optimizations("baseline" if m.mtp else "baseline,-mtp")
     length = acceptance_length if acceptance_length is not None else m.acceptance_length
-    return TimingModel.create(m.hardware, m.model, opts, acceptance_length=length,
-                              expert_precision=m.expert_precision, attention_math=m.attention_math)
+    hw = load_hardware(m.hardware)
+    if hardware:
+        hw = hw.model_copy(update=hardware)
+    model = with_precision(load_model(m.model), m.expert_precision, m.attention_math)
+    return TimingModel(hw, model, opts, acceptance_length=length)
 
 
 def layout_of(tm: TimingModel, w: Workers):

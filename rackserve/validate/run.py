@@ -12,6 +12,7 @@ from rackserve.sim.run import run_policies
 from rackserve.sim.scenario import scenario_from_dict
 from rackserve.validate import phases
 from rackserve.validate.mapping import (
+    HARDWARE,
     LENGTH_SPREAD,
     MAX_REQUESTS,
     PROMPTS_PER_LANE,
@@ -126,9 +127,7 @@ def grouped(rows: list[dict], key: str) -> dict:
 
 def _group_name(value: str, key: str) -> str:
     if key == "hardware":
-        for name in ("GB300", "GB200", "B200", "H200", "H100", "H800"):
-            if name in value:
-                return name
+        return next((label for label, _ in HARDWARE if label in value), value)
     return value
 
 

@@ -25,8 +25,7 @@ def test_the_fit_recovers_known_parameters_from_synthetic_measurements(tmp_path,
             row["tps_user"] = 1.0 / fit_mod.twin_token_s(by_id[row["id"]], truth)
             # keep the batch per rank the notes imply: out/GPU = b x tps / GPUs per rank
             s = by_id[row["id"]]
-            per_rank = s.mapped.decode.gpus if s.mapped.decode.layout == "tep" else 1
-            out = s.batch_per_rank * row["tps_user"] / per_rank
+            out = s.batch_per_rank * row["tps_user"] / s.mapped.decode.gpus_per_rank
             row["notes"] = f"output tok/s per decode GPU={out:.6f}"
         lines.append(json.dumps(row))
     synthetic = tmp_path / "points.jsonl"
