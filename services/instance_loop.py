@@ -293,6 +293,7 @@ class InstanceLoop:
             return
         if step.preemptions:
             self.metrics.observe_preemptions(key, step.preemptions)
+        self.metrics.vllm.observe_iteration(key.engine, step.batch.total_new)
         self.metrics.observe_rank_state(
             key,
             step.batch.num_seqs,

@@ -23,7 +23,7 @@ from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rackserve.config import Config, load_config
-from rackserve.metrics import ProcessMetrics
+from rackserve.metrics import ProcessMetrics, RankKey
 from rackserve.timing import TimingModel
 from rackserve.timing.batch import StepBatch, StepCost
 from services.grpc_limits import SERVER_OPTIONS
@@ -193,6 +193,12 @@ def start_worker(role: str, args: argparse.Namespace) -> Worker:
     if not (cfg.engine.kind == "mock" and cfg.engine.mock_ranks == "service"):
         ray.get([rank.ready.remote() for ranks in actors.values() for rank in ranks])
     metrics = serve_metrics(cfg, args.metrics_port, args.host)
+    for spec in specs.values():
+        for r in range(spec.dp_ranks):
+            engine = RankKey(spec.name, r, spec.role).engine
+            metrics.vllm.declare_cache_config(
+                engine, cfg.engine.block_size, cfg.engine.cache_blocks_per_rank
+            )
     return Worker(cfg, TimingModel.from_section(cfg.timing), specs, actors, metrics)
 
 

@@ -34,6 +34,7 @@ from rackserve.metrics.labels import (
 from rackserve.metrics.pool import PoolMetrics
 from rackserve.metrics.process import ProcessMetrics, metric_names
 from rackserve.metrics.ranks import RankMetrics
+from rackserve.metrics.registry import Registry
 from rackserve.metrics.request_record import RequestRecord
 from rackserve.metrics.router import RouterMetrics
 from rackserve.metrics.stages import STAGE_WALL_BUCKETS, StageMetrics
@@ -44,5 +45,5 @@ __all__ = [
     "STAGE_WALL_BUCKETS", "STATUSES", "TIERS", "TOKEN_COUNT_BUCKETS", "TOKEN_KINDS",
     "TOKEN_LATENCY_BUCKETS", "TTFT_COMPONENTS", "VLLM_LABELS", "WALL_FAST_BUCKETS",
     "CacheMetrics", "FrontDoorMetrics", "PoolMetrics", "ProcessMetrics", "RankKey", "RankMetrics",
-    "RequestRecord", "RouterMetrics", "StageMetrics", "VllmMetrics", "metric_names",
+    "Registry", "RequestRecord", "RouterMetrics", "StageMetrics", "VllmMetrics", "metric_names",
 ]  # fmt: skip

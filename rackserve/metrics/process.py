@@ -11,6 +11,7 @@ from rackserve.metrics.front_door import FrontDoorMetrics
 from rackserve.metrics.labels import TTFT_COMPONENTS, RankKey
 from rackserve.metrics.pool import PoolMetrics
 from rackserve.metrics.ranks import RankMetrics
+from rackserve.metrics.registry import Registry
 from rackserve.metrics.request_record import RequestRecord
 from rackserve.metrics.router import RouterMetrics
 from rackserve.metrics.stages import StageMetrics
@@ -22,13 +23,13 @@ class ProcessMetrics:
 
     def __init__(self, model_name: str, registry: CollectorRegistry | None = None) -> None:
         self.model_name = model_name
-        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry = registry if registry is not None else Registry()
         self.front_door = FrontDoorMetrics(self.registry)
         self.cache = CacheMetrics(self.registry)
         self.ranks = RankMetrics(self.registry)
         self.router = RouterMetrics(self.registry)
         self.pool = PoolMetrics(self.registry)
-        self.vllm = VllmMetrics(self.registry)
+        self.vllm = VllmMetrics(self.registry, model_name)
         self.stages = StageMetrics(self.registry)
 
     def exposition(self) -> bytes:
@@ -42,20 +43,17 @@ class ProcessMetrics:
         fd.tokens.labels(kind="cached").inc(rec.prompt_cached_tokens)
         fd.tokens.labels(kind="uncached").inc(rec.prompt_uncached_tokens)
         fd.tokens.labels(kind="output").inc(rec.output_tokens)
-        vl = {"model_name": m, "engine": rec.decode_engine}
+        self.vllm.observe_request(rec)
         if rec.ttft_s is not None:
             fd.ttft.labels(model_name=m).observe(rec.ttft_s)
-            self.vllm.ttft.labels(**vl).observe(rec.ttft_s)
             for component in TTFT_COMPONENTS:
                 fd.ttft_component.labels(component=component).observe(
                     getattr(rec, f"{component}_s")
                 )
         for gap in rec.inter_token_s:
             fd.inter_token.labels(model_name=m).observe(gap)
-            self.vllm.inter_token.labels(**vl).observe(gap)
         if rec.e2e_s is not None:
             fd.e2e.labels(model_name=m).observe(rec.e2e_s)
-            self.vllm.e2e.labels(**vl).observe(rec.e2e_s)
         if rec.tpot_s is not None:
             fd.tpot.labels(model_name=m).observe(rec.tpot_s)
 

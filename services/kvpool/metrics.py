@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from rackserve.metrics import PoolMetrics
+from rackserve.metrics import PoolMetrics, Registry
 from services.kvpool.server import PoolServicer
 
 P = "rackserve_pool_"
@@ -74,7 +74,7 @@ class PoolCollector:
 
 
 def pool_registry(servicer: PoolServicer) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
+    registry = Registry(auto_describe=False)  # no *_created families
     collector = PoolCollector(servicer)
     registry.register(collector)  # type: ignore[arg-type]
     collector.shared = PoolMetrics(registry)

@@ -60,6 +60,7 @@ class FrontDoor:
     ready: Callable[[], bool]
     merge_metrics: Callable[[bytes], Awaitable[bytes]] | None = None
     instance_id: str = ""  # the launcher's id for this cluster, echoed by /ready
+    waiting_for: Callable[[], list[str]] = list  # why not ready (services/router/readiness.py)
     # (instance, rank) -> node, pid, state, last step: from the workers' Health replies
     worker_ranks: dict[tuple[str, int], dict] = field(default_factory=dict)
 
@@ -80,6 +81,8 @@ def create_app(door: FrontDoor) -> FastAPI:
     async def ready() -> Response:
         ok = door.ready()
         body = {"ready": ok, "instance": door.instance_id}
+        if not ok:
+            body["waiting_for"] = door.waiting_for()
         return JSONResponse(body, status_code=200 if ok else 503)
 
     @app.get("/metrics")
@@ -287,6 +290,7 @@ def _record(door: FrontDoor, trip: Trip, status: str) -> None:
             e2e_s=trip.e2e_s if times else None,
             inter_token_s=[b - a for a, b in zip(times, times[1:], strict=False)],
             decode_engine=trip.last_decode,
+            finish_reason=trip.finish_reason,
         )
     )
 

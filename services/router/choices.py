@@ -57,12 +57,14 @@ async def run(orch: Orchestrator, trip: Trip, prep: Prepared) -> AsyncIterator[P
             end += len(tokens)
             text = detok.push(tokens)
             if detok.stopped:
+                trip.finish_reason = "stop"  # a stop string (matched here; the ranks never see it)
                 yield Piece(text, "stop", start, end)
                 return
             if text:
                 yield Piece(text, None, start, end)
                 start = end
-        yield Piece(detok.flush(), trip.finish_reason or "length", start, end)
+        trip.finish_reason = trip.finish_reason or "length"
+        yield Piece(detok.flush(), trip.finish_reason, start, end)
     finally:
         await gen.aclose()
 
