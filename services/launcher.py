@@ -24,6 +24,7 @@ import httpx
 from rackserve.config import Config, load_config
 from services.port_check import check_free
 from services.prometheus_server import PrometheusServer, cluster_targets, start_if_available
+from services.ray_head import RAY_ENV, RayHead
 from services.redis_server import RedisServer, free_port
 from services.router.limits import check_bind
 from services.supervisor import (  # noqa: F401 - descendants: used by tests and bench
@@ -36,15 +37,8 @@ from services.supervisor import (  # noqa: F401 - descendants: used by tests and
 )
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "scenarios" / "local.yaml"
-RAY_ENV = {
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_AUTH_MODE": "disabled",
-    # Every lockstep step is a Ray actor call and Ray's GCS keeps events of up to 100k tasks by
-    # default (a 10-minute soak grew the GCS by ~316 MiB); the twin reads none of them.
-    "RAY_task_events_max_num_task_in_gcs": "10000",
-}
 POLL_S = 0.2  # how often the launcher checks its children (a dead one is seen within this)
+ACTOR_HOLDERS = ("prefill", "decode")  # services whose rank actors live in the Ray head
 
 
 @dataclass(frozen=True)
@@ -91,6 +85,7 @@ class Cluster:
     instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     children: list[Child] = field(default_factory=list)
     redis: RedisServer | None = None
+    ray_head: RayHead | None = None
     prometheus: PrometheusServer | None = None
     urls: dict[str, str] = field(default_factory=dict)
 
@@ -103,8 +98,13 @@ class Cluster:
     def supervisor(self) -> Supervisor:
         """Restarts any child (and the embedded Redis, on its port) that dies, with backoff."""
         sup = Supervisor()
+        head = self.ray_head
         for child in self.children:
-            sup.add(supervised_child(child))
+            if head is not None and child is head.child:
+                sup.add(head.supervised())
+                continue
+            needs = ("ray",) if head is not None and child.name in ACTOR_HOLDERS else ()
+            sup.add(supervised_child(child, needs))
         if self.redis is not None:
             redis = self.redis
             sup.add(
@@ -253,31 +253,15 @@ class Cluster:
         return self.redis.url
 
     def _start_ray(self, deadline: float) -> str:
-        port = free_port()
-        ray_bin = Path(sys.executable).with_name("ray")  # the venv's, else the one on PATH
-        ray_bin = ray_bin if ray_bin.exists() else Path(shutil.which("ray") or "ray")
-        log_path = self.log_dir / "ray.log"
-        # Ray's fixed default ports (client server 10001, dashboard agent 52365, autoscaler metrics
-        # 44217) are moved to free ones so two local clusters (e.g. tests) can run side by side.
-        env = {**os.environ, **RAY_ENV, "AUTOSCALER_METRIC_PORT": str(free_port())}
-        argv = [
-            str(ray_bin),
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            "--node-ip-address=127.0.0.1",
-            f"--num-cpus={os.cpu_count() or 2}",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-            f"--ray-client-server-port={free_port()}",
-            f"--dashboard-agent-listen-port={free_port()}",
-        ]
-        child = Child("ray", argv, env, log_path).launch()
-        self.children.append(child)
-        wait_port(child, "127.0.0.1", port, deadline)
-        wait_log(child, "Ray runtime started", deadline)  # GCS listens before the node is up
-        return f"127.0.0.1:{port}"
+        self.ray_head = head = RayHead.plan(self.log_dir).launch()
+        self.children.append(head.child)
+        wait_port(head.child, "127.0.0.1", head.port, deadline)
+        while not head.ready():  # the GCS listens before the node is up
+            _check_alive(head.child)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ray: not up in time (log {head.child.log_path})")
+            time.sleep(0.2)
+        return head.address
 
     def stop(self) -> None:
         if self.prometheus is not None:
@@ -288,6 +272,8 @@ class Cluster:
         if self.redis is not None:
             self.redis.stop()
             self.redis = None
+        if self.ray_head is not None:
+            self.ray_head.remove_temp_dir()
 
 
 def _check_alive(child: Child) -> None:
@@ -307,15 +293,6 @@ def wait_port(child: Child, host: str, port: int, deadline: float) -> None:
         except OSError:
             time.sleep(0.1)
     raise TimeoutError(f"{child.name}: port {port} not open in time (log {child.log_path})")
-
-
-def wait_log(child: Child, marker: str, deadline: float) -> None:
-    while time.monotonic() < deadline:
-        _check_alive(child)
-        if marker in child.log_path.read_text(errors="replace"):
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"{child.name}: no {marker!r} in its log in time ({child.log_path})")
 
 
 def wait_http(child: Child, url: str, instance_id: str, deadline: float) -> None:
@@ -378,18 +355,28 @@ def _time_scale(args: argparse.Namespace) -> str:
     return f"{pick.time_scale:g}"
 
 
+def plan(args: argparse.Namespace) -> tuple[Config, Ports]:
+    """The config (the flags as env overrides, which the children read too) and the ports, checked
+    free before anything slow runs (the --time-scale auto probe takes ~4 s)."""
+    if args.engine is not None:
+        os.environ["RACKSERVE_ENGINE__KIND"] = args.engine
+    if args.time_scale not in (None, "auto"):
+        os.environ["RACKSERVE_CLUSTER__TIME_SCALE"] = args.time_scale
+    cfg = load_config(args.config)
+    check_bind(cfg.cluster, "rackserve up")
+    port = args.port if args.port is not None else cfg.cluster.http_port
+    ports = Ports.plan(port, cfg.engram.shards)
+    check_free(cfg.cluster.host, ports.named())
+    if args.time_scale == "auto":
+        os.environ["RACKSERVE_CLUSTER__TIME_SCALE"] = _time_scale(args)
+        cfg = load_config(args.config)
+    return cfg, ports
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        if args.engine is not None:  # children read it from the env, like any override
-            os.environ["RACKSERVE_ENGINE__KIND"] = args.engine
-        if args.time_scale is not None:
-            os.environ["RACKSERVE_CLUSTER__TIME_SCALE"] = _time_scale(args)
-        cfg = load_config(args.config)
-        check_bind(cfg.cluster, "rackserve up")
-        port = args.port if args.port is not None else cfg.cluster.http_port
-        ports = Ports.plan(port, cfg.engram.shards)
-        check_free(cfg.cluster.host, ports.named())
+        cfg, ports = plan(args)
     except (OSError, ValueError) as exc:
         print(f"rackserve up: {exc}", file=sys.stderr)
         return 2
@@ -398,6 +385,16 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="rackserve-up-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(cfg, Path(args.config).resolve(), ports, log_dir, args.ray_address)
+    code = serve(cluster, args.timeout)
+    if args.log_dir is None and code == 0:  # a temp dir of ours: gone with the cluster
+        shutil.rmtree(log_dir, ignore_errors=True)
+    elif args.log_dir is None:
+        print(f"rackserve up: logs kept in {log_dir}", file=sys.stderr, flush=True)
+    return code
+
+
+def serve(cluster: Cluster, timeout_s: float) -> int:
+    """Start the cluster, supervise it until SIGTERM/SIGINT, stop it; the exit code."""
     state = {"up": False, "stop": False}
 
     def request_stop(*_: object) -> None:
@@ -408,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     try:
-        cluster.start(args.timeout)
+        cluster.start(timeout_s)
         print("rackserve is up:", flush=True)
         for name, url in cluster.urls.items():
             print(f"  {name:16s} {url}", flush=True)

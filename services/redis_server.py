@@ -106,9 +106,10 @@ class RedisServer:
             try:
                 return self._start_once(timeout_s)
             except RuntimeError:
-                self.stop()
                 if attempt == (attempts if chosen else 1) - 1:
+                    self._stop_process(timeout_s)  # the dir stays: the error names its log
                     raise
+                self.stop()
         raise AssertionError("unreachable")
 
     def _start_once(self, timeout_s: float) -> RedisServer:
@@ -156,11 +157,16 @@ class RedisServer:
             client.close()
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop our process by PID (SIGTERM, then SIGKILL)."""
-        if self._proc is None:
-            return
-        proc, self._proc = self._proc, None
-        stop_child(proc, timeout_s)
+        """Stop our process by PID (SIGTERM, then SIGKILL) and remove the temp dir it ran in."""
+        self._stop_process(timeout_s)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def _stop_process(self, timeout_s: float) -> None:
+        if self._proc is not None:
+            proc, self._proc = self._proc, None
+            stop_child(proc, timeout_s)
 
     def kill(self) -> None:
         """Crash the server (SIGKILL): what a fault test wants."""

@@ -2,6 +2,11 @@
 others keep serving; on stop every child is signalled at once and killed, with whatever it spawned,
 by PID after a short grace.
 
+A child may need another (`Supervised.needs`): the prefill and decode services hold rank actors in
+the local Ray head, and a new head has none of them. When a needed one dies, its dependants are
+stopped at once (their clients get the retryable error now, not after timeouts against actors that
+are gone) and started again once it is back and ready; their restart is not counted as a crash.
+
 Children run in their own session, so a terminal's Ctrl-C reaches the launcher only and the
 launcher alone decides the order and the grace of the shutdown.
 """
@@ -18,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 STOP_GRACE_S = 3.0  # SIGTERM -> SIGKILL; every child exits well within it when not wedged
+DEPENDANT_GRACE_S = 1.0  # a dependant of a lost child: its actors are gone, it has nothing to finish
 
 
 def descendants(pid: int) -> list[int]:
@@ -104,6 +110,7 @@ class _Watch:
     failures: int = 0
     restart_at: float | None = None
     restarts: int = 0
+    held_for: str | None = None  # stopped until this needed item is back
 
 
 @dataclass
@@ -115,11 +122,15 @@ class Supervised:
     relaunch: Callable[[], None]
     started_at: Callable[[], float]
     exit_code: Callable[[], int | None] = lambda: None
+    ready: Callable[[], bool] | None = None  # up enough for its dependants (default: alive)
+    stop: Callable[[], None] = lambda: None  # used when something it needs is lost
+    needs: tuple[str, ...] = ()  # names of the items it cannot outlive
 
 
-def supervised_child(child: Child) -> Supervised:
+def supervised_child(child: Child, needs: tuple[str, ...] = ()) -> Supervised:
     return Supervised(
-        child.name, child.alive, child.relaunch, lambda: child.started_at, lambda: child.returncode
+        child.name, child.alive, child.relaunch, lambda: child.started_at, lambda: child.returncode,
+        stop=lambda: stop_all([child], DEPENDANT_GRACE_S), needs=needs,
     )
 
 
@@ -133,6 +144,7 @@ class Supervisor:
     _watch: dict[str, _Watch] = field(default_factory=dict)
 
     def add(self, item: Supervised) -> None:
+        assert item.name not in self._watch, f"{item.name} supervised twice"
         self.items.append(item)
         self._watch[item.name] = _Watch()
 
@@ -145,6 +157,9 @@ class Supervisor:
             self._check(item, self._watch[item.name], now)
 
     def _check(self, item: Supervised, watch: _Watch, now: float) -> None:
+        if watch.held_for is not None:
+            self._resume_if_back(item, watch)
+            return
         if watch.restart_at is None and item.alive():
             if watch.failures and now - item.started_at() >= self.backoff.reset_after_s:
                 watch.failures = 0
@@ -156,6 +171,7 @@ class Supervisor:
                 f"rackserve up: {item.name} exited ({item.exit_code()}); restarting in "
                 f"{watch.restart_at - now:.1f} s"
             )
+            self._hold_dependants(item.name)
             return
         if now < watch.restart_at:
             return
@@ -167,6 +183,29 @@ class Supervisor:
             self.log(f"rackserve up: restarting {item.name} failed: {exc}")
             return
         self.log(f"rackserve up: {item.name} restarted (restart {watch.restarts})")
+
+    def _hold_dependants(self, lost: str) -> None:
+        """Stop every item that needs `lost` until it is back (see the module docstring)."""
+        for item in self.items:
+            watch = self._watch[item.name]
+            if lost not in item.needs or watch.held_for is not None:
+                continue
+            self.log(f"rackserve up: {lost} is gone, stopping {item.name} until it is back")
+            watch.held_for, watch.restart_at = lost, None
+            item.stop()
+
+    def _resume_if_back(self, item: Supervised, watch: _Watch) -> None:
+        needed = next(i for i in self.items if i.name == watch.held_for)
+        if self._watch[needed.name].restart_at is not None or not (needed.ready or needed.alive)():
+            return
+        watch.held_for = None
+        watch.restarts += 1
+        try:
+            item.relaunch()
+        except Exception as exc:  # counted as its own failure on the next tick
+            self.log(f"rackserve up: restarting {item.name} failed: {exc}")
+            return
+        self.log(f"rackserve up: {needed.name} is back, {item.name} restarted (restart {watch.restarts})")
 
 
 def stop_all(children: list[Child], grace_s: float = STOP_GRACE_S) -> None:

@@ -23,18 +23,17 @@ from rackserve.routing.timing_cost import TimingCost
 from rackserve.timing import TimingModel
 from services import kvevents
 from services._proto import (
-    decode_pb2_grpc,
     prefill_pb2,
-    prefill_pb2_grpc,
     router_pb2,
     router_pb2_grpc,
 )
 from services.event_loop import run, uvicorn_options
-from services.grpc_limits import RECONNECT_OPTIONS, SERVER_OPTIONS
+from services.grpc_limits import SERVER_OPTIONS
 from services.rank_probe import PROBE_TIMEOUT_S
 from services.router.app import FrontDoor, create_app
 from services.router.limits import check_bind, guard
 from services.router.orchestrator import Orchestrator
+from services.router.readiness import ROLES, Readiness
 from services.router.router_core import RouterCore
 from services.router.worker_metrics import WorkerMetrics
 from services.stage_timer import stamp_arrival
@@ -82,10 +81,10 @@ REDIS_TIMEOUT_S = 1.0  # a Redis that does not answer within this (plus the 200 
 
 
 def follow_kv_events(
-    core: RouterCore, redis_url: str, stop: threading.Event, health: dict[str, bool]
+    core: RouterCore, redis_url: str, stop: threading.Event, readiness: Readiness
 ) -> None:
     """Feed the router's prefix index from the Redis Stream (replays what is kept on start);
-    `health["redis"]` says whether the last read reached Redis (the front door's /ready uses it)."""
+    `readiness.redis` says whether the last read reached Redis (the front door's /ready uses it)."""
     client = redis.Redis.from_url(
         redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
     )
@@ -94,9 +93,9 @@ def follow_kv_events(
     while not stop.is_set():
         try:
             events = reader.read_batch(count=1000, block_ms=200)
-            health["redis"] = True
+            readiness.redis = True
         except redis.RedisError:
-            health["redis"] = False
+            readiness.redis = False
             stop.wait(0.5)
             continue
         if events:
@@ -107,35 +106,26 @@ def follow_kv_events(
             core.metrics.router.event_lag.observe(max(0.0, time.time() - added_s))
 
 
-async def wait_workers_ready(
-    prefill: str, decode: str, flag: dict[str, bool], core: RouterCore, interval_s: float,
+async def watch_workers(
+    orchestrator: Orchestrator, readiness: Readiness, interval_s: float,
     ranks: dict[tuple[str, int], dict],
 ) -> None:
-    """Poll the workers' Health; the front door's /ready reflects whether both are ready,
-    routing leaves out the ranks each worker's probe found unresponsive (services/rank_probe.py),
-    and `ranks` keeps where each rank runs and what it last did (/admin/ranks)."""
-    # One channel per worker for the watcher's life (it reconnects by itself): not a new
-    # connection, on both ends, every second.
-    channels = [grpc.aio.insecure_channel(a, options=RECONNECT_OPTIONS) for a in (prefill, decode)]
-    stubs = (prefill_pb2_grpc.PrefillStub(channels[0]), decode_pb2_grpc.DecodeStub(channels[1]))
-    try:
-        while True:
-            ok = True
-            for stub in stubs:
-                try:
-                    reply = await stub.Health(
-                        prefill_pb2.WorkerHealthRequest(), timeout=PROBE_TIMEOUT_S + 3
-                    )
-                    ok = ok and reply.ready
-                    core.apply_probe(list(reply.instances), set(reply.unresponsive))
-                    ranks.update(rank_details(reply))
-                except grpc.aio.AioRpcError:
-                    ok = False
-            flag["ready"] = ok
-            await asyncio.sleep(interval_s if ok else 0.2)
-    finally:
-        for channel in channels:
-            await channel.close()
+    """Poll the workers' Health over the channels requests take (a reply also says those are
+    connected): `readiness.answered` for /ready, routing leaves out the ranks each worker's probe
+    found unresponsive (services/rank_probe.py), and `ranks` keeps where each rank runs and what
+    it last did (/admin/ranks)."""
+    core = orchestrator.router
+    while True:
+        for role in ROLES:
+            try:
+                reply = await orchestrator.worker_health(role, PROBE_TIMEOUT_S + 3)
+            except grpc.aio.AioRpcError:
+                readiness.answered[role] = False
+                continue
+            core.apply_probe(list(reply.instances), set(reply.unresponsive))
+            ranks.update(rank_details(reply))
+            readiness.answered[role] = reply.ready
+        await asyncio.sleep(interval_s if all(readiness.answered.values()) else 0.2)
 
 
 def rank_details(reply: prefill_pb2.WorkerHealthReply) -> dict[tuple[str, int], dict]:
@@ -185,7 +175,7 @@ async def serve(args: argparse.Namespace) -> None:
         cfg.cluster.decode_chunk_timeout_s,
         time_scale=cfg.cluster.time_scale,
     )
-    flag = {"ready": False, "redis": False}
+    readiness = Readiness(core.routable, orchestrator.connected)
     ranks: dict[tuple[str, int], dict] = {}
     workers = WorkerMetrics(args.worker_metrics or [])
     door = FrontDoor(
@@ -193,7 +183,8 @@ async def serve(args: argparse.Namespace) -> None:
         metrics,
         cfg.engine.model_id,
         cfg.engine.max_context,
-        ready=lambda: flag["ready"] and flag["redis"],
+        ready=readiness.ready,
+        waiting_for=readiness.waiting_for,
         merge_metrics=workers.merged_with,
         instance_id=args.instance_id,
         worker_ranks=ranks,
@@ -204,12 +195,12 @@ async def serve(args: argparse.Namespace) -> None:
     await grpc_server.start()
     stop = threading.Event()
     follower = threading.Thread(
-        target=follow_kv_events, args=(core, args.redis_url, stop, flag), daemon=True
+        target=follow_kv_events, args=(core, args.redis_url, stop, readiness), daemon=True
     )
     follower.start()
-    watcher = asyncio.create_task(wait_workers_ready(
-            args.prefill, args.decode, flag, core, cfg.cluster.health_interval_s, ranks
-        ))
+    watcher = asyncio.create_task(
+        watch_workers(orchestrator, readiness, cfg.cluster.health_interval_s, ranks)
+    )
     http = uvicorn.Server(
         uvicorn.Config(
             stamp_arrival(guard(create_app(door), cfg.cluster), metrics),

@@ -77,6 +77,17 @@ class Orchestrator:
         await self._prefill_channel.close()
         await self._decode_channel.close()
 
+    def connected(self, role: str) -> bool:
+        """The channel requests to the `role` service take is connected (an idle one is told to
+        connect, and counts as not connected until it is)."""
+        channel = self._prefill_channel if role == "prefill" else self._decode_channel
+        return channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY
+
+    async def worker_health(self, role: str, timeout_s: float) -> prefill_pb2.WorkerHealthReply:
+        """The `role` service's Health, over the channel its requests take."""
+        stub = self._prefill if role == "prefill" else self._decode
+        return await stub.Health(prefill_pb2.WorkerHealthRequest(), timeout=timeout_s)
+
     async def generate(
         self, trip: Trip, prompt: list[int], sampling: Sampling
     ) -> AsyncIterator[list[int]]:

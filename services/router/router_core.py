@@ -240,6 +240,11 @@ class RouterCore:
                 for s in self._ranks.values()
             ]
 
+    def routable(self, role: str) -> bool:
+        """Some rank of `role` is in routing (answering its probe, not quarantined, not drained)."""
+        with self._lock:
+            return any(s.healthy for s in self._ranks.values() if s.role == role)
+
     def ranks_of(self, instance: str) -> list[int]:
         """The DP ranks of `instance` known to routing."""
         return sorted(rank for name, rank in self._ranks if name == instance)

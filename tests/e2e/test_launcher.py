@@ -1,5 +1,6 @@
-"""`rackserve up` as a user runs it: healthy within a bounded time, and SIGTERM leaves no process
-and no listening port behind."""
+"""`rackserve up` as a user runs it: healthy within a bounded time, and SIGTERM leaves no process,
+no listening port and none of the temp dirs it made (its logs, Redis's dir, Ray's sessions)
+behind."""
 
 from __future__ import annotations
 
@@ -55,6 +56,22 @@ def alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def own_temp_dirs(pids: list[int]) -> dict[str, Path]:
+    """The temp dirs the launcher's Redis and Ray head run in, from their command lines."""
+    dirs = {}
+    for pid in pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        temp = [a.split("=", 1)[1] for a in argv if a.startswith("--temp-dir=")]
+        if "start" in argv and "--head" in argv and temp:  # `ray start --head --temp-dir=...`
+            dirs["ray"] = Path(temp[0])
+        if "redis-server" in argv[0]:  # it retitles itself; it runs in its --dir
+            dirs["redis"] = Path(os.readlink(f"/proc/{pid}/cwd"))
+    return dirs
+
+
 def test_rackserve_up_is_healthy_and_sigterm_leaves_nothing() -> None:
     rackserve = str(Path(sys.executable).with_name("rackserve"))
     port = free_port()
@@ -82,9 +99,14 @@ def test_rackserve_up_is_healthy_and_sigterm_leaves_nothing() -> None:
         assert (
             port in ports and len(pids) >= 10
         )  # redis, ray head + node, pool, prefill, decode, router, actors
+        dirs = {"logs": proc.log_dir, **own_temp_dirs(pids)}
+        assert set(dirs) == {"logs", "ray", "redis"}, dirs
+        assert all(d.is_dir() for d in dirs.values()), dirs
+        assert list(dirs["ray"].glob("session_*")), "Ray's sessions are not in its own temp dir"
     finally:
         code = proc.stop()
     assert code == 0, "".join(proc.lines)[-3000:]
     assert [p for p in pids if alive(p)] == []
     assert ports & set(listening_inodes().values()) == set()
     assert "rackserve stopped" in "".join(proc.lines)
+    assert [d for d in dirs.values() if d.exists()] == []

@@ -42,6 +42,19 @@ def test_up_on_a_taken_port_starts_nothing(held_port, monkeypatch, capsys) -> No
     assert f"port {held_port}" in err and f"pid {os.getpid()}" in err
 
 
+def test_a_taken_port_is_reported_before_the_time_scale_probe_runs(held_port, monkeypatch, capsys):
+    """The ~4 s probe of --time-scale auto runs only once the ports are known to be free."""
+    from services import time_scale_probe
+
+    probed: list[object] = []
+    monkeypatch.setattr(time_scale_probe, "probe", lambda cfg: probed.append(cfg))
+    monkeypatch.setenv("RACKSERVE_CLUSTER__TIME_SCALE", "1")  # restored after the test
+    monkeypatch.delenv("RACKSERVE_CLUSTER__TIME_SCALE")
+    assert launcher.main(["--port", str(held_port), "--time-scale", "auto"]) == 2
+    assert probed == []
+    assert f"port {held_port}" in capsys.readouterr().err
+
+
 class _OtherCluster(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         body = b'{"ready": true, "instance": "someone-else"}'

@@ -10,7 +10,15 @@ import sys
 import time
 from pathlib import Path
 
-from services.supervisor import Backoff, Child, Supervisor, descendants, stop_all, supervised_child
+from services.supervisor import (
+    Backoff,
+    Child,
+    Supervised,
+    Supervisor,
+    descendants,
+    stop_all,
+    supervised_child,
+)
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 STUBBORN = [  # ignores SIGTERM and has a grandchild
@@ -75,3 +83,40 @@ def test_stop_all_kills_a_child_ignoring_sigterm_and_its_children_within_the_gra
     while _alive(grandchild):
         assert time.monotonic() < deadline, "the grandchild survived"
         time.sleep(0.05)
+
+
+def test_a_dependant_is_stopped_when_what_it_needs_dies_and_restarted_once_that_is_ready(tmp_path):
+    """The prefill and decode services need the Ray head (their rank actors live in it): when it
+    dies they are stopped at once, and started again only after it is back and ready."""
+    head, worker, other = (_child(tmp_path, n, SLEEPER) for n in ("head", "worker", "other"))
+    head_ready = {"ok": True}
+    lines: list[str] = []
+    sup = Supervisor(Backoff(initial_s=0.3), log=lines.append)
+    sup.add(
+        Supervised(
+            "head", head.alive, head.relaunch, lambda: head.started_at,
+            ready=lambda: head.alive() and head_ready["ok"],
+        )
+    )
+    sup.add(supervised_child(worker, needs=("head",)))
+    sup.add(supervised_child(other))
+    try:
+        first_worker, first_other = worker.pid, other.pid
+        os.kill(head.pid, signal.SIGKILL)
+        head.proc.wait()
+        head_ready["ok"] = False  # the new head takes a while to be ready
+        sup.tick()
+        assert not worker.alive(), "a dependant of a dead child keeps running"
+        assert other.alive() and other.pid == first_other
+        time.sleep(0.35)
+        sup.tick()  # the head restarts; not ready yet: the worker waits
+        assert head.alive() and not worker.alive()
+        head_ready["ok"] = True
+        sup.tick()
+        assert worker.alive() and worker.pid != first_worker
+        assert sup.restarts("worker") == 1 and sup.restarts("head") == 1
+        sup.tick()  # its restart was not a crash: no second restart scheduled
+        assert worker.alive() and sup.restarts("worker") == 1
+        assert any("head is gone, stopping worker" in line for line in lines), lines
+    finally:
+        stop_all([head, worker, other])
