@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rackserve.config import Config, InstanceGroup
+from rackserve.metrics import RankKey
 
 Role = Literal["prefill", "decode"]
 
@@ -22,6 +23,10 @@ class InstanceSpec:
     layout: str
     gpus: int
     dp_ranks: int
+
+    def ranks(self) -> list[RankKey]:
+        """Its DP ranks' label sets (RankKey.engine is each rank's vLLM `engine`)."""
+        return [RankKey(self.name, r, self.role) for r in range(self.dp_ranks)]
 
 
 def instances(cfg: Config, role: Role) -> list[InstanceSpec]:

@@ -23,12 +23,13 @@ from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rackserve.config import Config, load_config
-from rackserve.metrics import ProcessMetrics, RankKey
+from rackserve.metrics import ProcessMetrics
 from rackserve.timing import TimingModel
 from rackserve.timing.batch import StepBatch, StepCost
 from services.grpc_limits import SERVER_OPTIONS
 from services.instance_loop import InstanceLoop, StepDone
 from services.rank_group import GroupedRank, InProcessGroup, RankGroup, StepBatcher
+from services.rank_idle import RankIdleExport
 from services.rank_worker import RankWorker
 from services.step_memo import StepMemo
 from services.topology import InstanceSpec, instances
@@ -193,12 +194,8 @@ def start_worker(role: str, args: argparse.Namespace) -> Worker:
     if not (cfg.engine.kind == "mock" and cfg.engine.mock_ranks == "service"):
         ray.get([rank.ready.remote() for ranks in actors.values() for rank in ranks])
     metrics = serve_metrics(cfg, args.metrics_port, args.host)
-    for spec in specs.values():
-        for r in range(spec.dp_ranks):
-            engine = RankKey(spec.name, r, spec.role).engine
-            metrics.vllm.declare_cache_config(
-                engine, cfg.engine.block_size, cfg.engine.cache_blocks_per_rank
-            )
+    for key in (key for spec in specs.values() for key in spec.ranks()):
+        metrics.vllm.declare_rank(key.engine, cfg.engine.block_size, cfg.engine.cache_blocks_per_rank)
     return Worker(cfg, TimingModel.from_section(cfg.timing), specs, actors, metrics)
 
 
@@ -206,6 +203,8 @@ def make_loops(
     worker: Worker, phase: str, on_step: Callable[[StepDone], None]
 ) -> dict[str, InstanceLoop]:
     memo = StepMemo(worker.timing)  # one per process: its instances share the memo
+    keys = [key for spec in worker.specs.values() for key in spec.ranks()]
+    idle = RankIdleExport(worker.metrics, keys)  # one per process: idle while its other ranks have waiting work
     return {
         name: InstanceLoop(
             spec,
@@ -214,6 +213,7 @@ def make_loops(
             worker.cfg.cluster.time_scale,
             worker.metrics,
             on_step,
+            idle,
         )
         for name, spec in worker.specs.items()
     }

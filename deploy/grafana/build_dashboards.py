@@ -38,6 +38,11 @@ def quantiles(metric: str, by: str = "") -> tuple[tuple[str, str], ...]:
     )
 
 
+def mean(metric: str) -> str:
+    """Mean of a histogram over the rate window: rate of its sum over rate of its count."""
+    return f"sum(rate({metric}_sum[{R}])) / sum(rate({metric}_count[{R}]))"
+
+
 def idle_fraction() -> str:
     busy = f"sum by (instance, dp_rank) (rate(rackserve_rank_busy_seconds_total[{R}]))"
     idle = f"sum by (instance, dp_rank) (rate(rackserve_rank_idle_seconds_total[{R}]))"
@@ -101,6 +106,45 @@ OVERVIEW = (
         "timeseries",
         ((f"sum by (kind) (rate(rackserve_tokens_total[{R}]))", "{{kind}}"),),
     ),
+    Panel(
+        "Prompt / generation tokens/s (vLLM names, wall clock)",
+        "timeseries",
+        (
+            (f"sum(rate(vllm:prompt_tokens_total[{R}]))", "prompt"),
+            (f"sum(rate(vllm:generation_tokens_total[{R}]))", "generation"),
+        ),
+        description="vLLM's counters: a prompt counts whole (cached tokens too) once its first token is out.",
+    ),
+    Panel(
+        "Finished requests by reason",
+        "timeseries",
+        (
+            (
+                f"sum by (finished_reason) (increase(vllm:request_success_total[{R}]))",
+                "{{finished_reason}}",
+            ),
+        ),
+        description="vLLM's finished_reason: stop (EOS or stop string), length, abort (client gone), error.",
+    ),
+    Panel(
+        "Request phases, mean: queue / prefill / decode",
+        "timeseries",
+        tuple(
+            (mean(f"vllm:request_{phase}_time_seconds"), phase)
+            for phase in ("queue", "prefill", "decode")
+        ),
+        "s",
+        "vLLM's phases: waiting; scheduled to first token (KV hand-off included); first to last token.",
+    ),
+    Panel(
+        "Prompt / generation length P50 / P90 (tokens)",
+        "timeseries",
+        tuple(
+            (expr, f"{kind} {legend}")
+            for kind in ("prompt", "generation")
+            for expr, legend in quantiles(f"vllm:request_{kind}_tokens")
+        ),
+    ),
 )
 
 CACHE = (
@@ -150,6 +194,17 @@ CACHE = (
         (("vllm:kv_cache_usage_perc", "{{engine}}"),),
         "percentunit",
     ),
+    Panel(
+        "KV cache config (engines per setting)",
+        "stat",
+        (
+            (
+                "count by (block_size, num_gpu_blocks) (vllm:cache_config_info)",
+                "{{num_gpu_blocks}} blocks of {{block_size}} tokens",
+            ),
+        ),
+        description="vLLM's cache_config_info: one series per engine (rank), its KV cache as labels.",
+    ),
 )
 
 RANKS = (
@@ -189,6 +244,12 @@ RANKS = (
                 "{{instance}}/{{dp_rank}}",
             ),
         ),
+    ),
+    Panel(
+        "Tokens per engine step P50 / P90",
+        "timeseries",
+        quantiles("vllm:iteration_tokens_total", "engine"),
+        description="vLLM's iteration_tokens_total: tokens a rank computed in one step (prompt chunks + sampled).",
     ),
     Panel(
         "Requests running / waiting (vLLM names)",

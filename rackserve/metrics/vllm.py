@@ -155,9 +155,7 @@ class VllmMetrics:
         reason = rec.finished_reason
         if reason is None:  # refused at the door: never reached an engine
             return
-        vl = {"model_name": self.model_name, "engine": rec.decode_engine}
-        for other in FINISHED_REASONS:  # vLLM creates every reason's series up front
-            self.request_success.labels(**vl, finished_reason=other)
+        vl = self.declare_requests(rec.decode_engine)
         self.request_success.labels(**vl, finished_reason=reason).inc()
         self.generation_tokens.labels(**vl).inc(rec.output_tokens)
         for gap in rec.inter_token_s:
@@ -185,16 +183,39 @@ class VllmMetrics:
         self.request_generation_tokens.labels(**vl).observe(rec.output_tokens)
         self.request_max_generation_tokens.labels(**vl).observe(rec.output_tokens)
 
-    def observe_iteration(self, engine: str, tokens: int) -> None:
-        """Tokens one engine (rank) computed in one step: prompt chunks plus sampled tokens."""
-        if tokens > 0:
-            self.iteration_tokens.labels(model_name=self.model_name, engine=engine).observe(tokens)
+    def declare_requests(self, engine: str) -> dict[str, str]:
+        """The engine's request-level series, at zero until it serves one (vLLM makes every
+        engine's series at start: a rate over a window that opens before the engine's first
+        request then counts that request). Returns the engine's labels."""
+        vl = {"model_name": self.model_name, "engine": engine}
+        for metric in (
+            self.ttft, self.inter_token, self.request_tpot, self.e2e, self.queue_time,
+            self.inference_time, self.prefill_time, self.decode_time, self.prompt_tokens,
+            self.generation_tokens, self.request_prompt_tokens, self.request_generation_tokens,
+            self.request_max_generation_tokens,
+        ):  # fmt: skip
+            metric.labels(**vl)
+        for reason in FINISHED_REASONS:
+            self.request_success.labels(**vl, finished_reason=reason)
+        return vl
 
-    def declare_cache_config(self, engine: str, block_size: int, num_gpu_blocks: int) -> None:
-        """The engine's KV cache as vLLM's cache_config_info (label values as vLLM prints them)."""
+    def declare_rank(self, engine: str, block_size: int, num_gpu_blocks: int) -> None:
+        """A rank's engine-level series at zero, and its KV cache as vLLM's cache_config_info
+        (label values as vLLM prints them)."""
+        vl = {"model_name": self.model_name, "engine": engine}
+        for metric in (
+            self.iteration_tokens, self.prefix_cache_queries, self.prefix_cache_hits,
+            self.num_preemptions,
+        ):  # fmt: skip
+            metric.labels(**vl)
         self.cache_config_info.labels(
             block_size=str(block_size),
             enable_prefix_caching="True",  # rackserve always reuses prefixes
             num_gpu_blocks=str(num_gpu_blocks),
             engine=engine,
         ).set(1)
+
+    def observe_iteration(self, engine: str, tokens: int) -> None:
+        """Tokens one engine (rank) computed in one step: prompt chunks plus sampled tokens."""
+        if tokens > 0:
+            self.iteration_tokens.labels(model_name=self.model_name, engine=engine).observe(tokens)

@@ -163,6 +163,8 @@ async def serve(args: argparse.Namespace) -> None:
     check_bind(cfg.cluster.model_copy(update={"host": args.host}), "router")
     timing = TimingModel.from_section(cfg.timing)
     metrics = ProcessMetrics(cfg.engine.model_id)
+    for key in (key for spec in instances(cfg, "decode") for key in spec.ranks()):
+        metrics.vllm.declare_requests(key.engine)  # vLLM makes every engine's series at start
     core = build_core(cfg, timing, metrics)
     metrics.front_door.time_scale.set(cfg.cluster.time_scale)
     orchestrator = Orchestrator(

@@ -122,7 +122,7 @@ def test_iteration_tokens_and_cache_config_carry_the_rank_engine():
     m.vllm.observe_iteration("prefill-0/0", 100)
     m.vllm.observe_iteration("prefill-0/0", 0)  # an empty step is no iteration
     m.vllm.observe_iteration(ENGINE, 8)
-    m.vllm.declare_cache_config(ENGINE, block_size=16, num_gpu_blocks=4096)
+    m.vllm.declare_rank(ENGINE, block_size=16, num_gpu_blocks=4096)
     _, v = _scrape(m)
     pre = frozenset({"model_name": MODEL, "engine": "prefill-0/0"}.items())
     assert v[("vllm:iteration_tokens_total_count", pre)] == 1
@@ -137,7 +137,7 @@ def test_families_have_vllm_types_and_labels_and_no_created_family():
     m = ProcessMetrics(MODEL)
     m.observe_request(_request())
     m.vllm.observe_iteration(ENGINE, 8)
-    m.vllm.declare_cache_config(ENGINE, block_size=16, num_gpu_blocks=4096)
+    m.vllm.declare_rank(ENGINE, block_size=16, num_gpu_blocks=4096)
     types, v = _scrape(m)
     assert {n: types.get(n) for n in TYPES} == TYPES
     assert not [n for n in types if n.endswith("_created")]
