@@ -59,6 +59,9 @@ class SpeculativeSection(Section):
     # "mean": every request accepts the length in every step; "sampled": each request its own mean,
     # drawn from the acceptance model's per-step distribution over its steps (P90 then carries variance)
     acceptance: Literal["mean", "sampled"] = "mean"
+    drafts: int | None = Field(
+        None, gt=0, description="draft tokens verified per step (TensorRT-LLM num_nextn_predict_layers); "
+        "None: the model spec's")
 
 
 class TimingSection(Section):
@@ -115,10 +118,30 @@ class InstanceGroup(Section):
 
 
 class DeploymentSection(Section):
+    """Disaggregated prefill and decode instances, or (`aggregated`) instances that do both: in-flight
+    batching, prompts' chunks mixed into the decode steps of the same ranks (rackserve/sim/aggregated.py).
+    A deployment is one or the other; naming `aggregated` leaves prefill and decode empty."""
+
     prefill: list[InstanceGroup] = Field(default_factory=lambda: [InstanceGroup(layout="dep2")])
     decode: list[InstanceGroup] = Field(
         default_factory=lambda: [InstanceGroup(layout="wide-ep", ranks=4), InstanceGroup(layout="tp8")]
     )
+    aggregated: list[InstanceGroup] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aggregated_alone(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("aggregated"):
+            return data
+        mixed = [role for role in ("prefill", "decode") if data.get(role)]
+        if mixed:
+            raise ValueError(f"aggregated: serves alone; drop {' and '.join(mixed)} (a deployment mixing "
+                             "P/D and aggregated instances is not modelled)")
+        return {**data, "prefill": [], "decode": []}
+
+    @property
+    def is_aggregated(self) -> bool:
+        return any(g.count for g in self.aggregated)
 
 
 class PoolSection(Section):

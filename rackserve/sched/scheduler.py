@@ -86,7 +86,9 @@ class RankScheduler:
         return sum(s.prefill_left for s in self.running) + sum(s.prefill_left for s in self.waiting)
 
     # -- one step --------------------------------------------------------------------------------
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, admit: bool = True) -> SchedulerOutput:
+        """One step's plan; `admit=False` schedules only the running sequences (waiting ones are held
+        back this step: TensorRT-LLM's attention-DP balance, rackserve/sim/aggregated.py)."""
         self._step += 1
         if not self.running and not self.waiting:
             return SchedulerOutput(self._step)  # an idle rank
@@ -114,7 +116,7 @@ class RankScheduler:
             picked.append(self._take(seq, n, blocks))
             done.add(seq.req_id)
             budget -= n
-        while not preempted and self.waiting and budget > 0:
+        while admit and not preempted and self.waiting and budget > 0:
             if len(self.running) >= self.limits.max_num_seqs:
                 break
             seq = self.waiting[0]

@@ -9,6 +9,7 @@ from typing import Any
 from rackserve.sim.metrics import SimResult
 from rackserve.sim.progress import Progress
 from rackserve.sim.scenario import Scenario
+from rackserve.sim.aggregated import AggregatedSimulator
 from rackserve.sim.simulator import Simulator
 from rackserve.sim.sizing import prefill_chunk_tokens
 from rackserve.sim.step_cache import CachedTiming
@@ -92,6 +93,12 @@ def source_factory(scenario: Scenario) -> Callable[[], ArrivalSource]:
     return lambda: build_source(wl, block, model)
 
 
+def simulator_for(scenario: Scenario) -> type:
+    """The event loop of the scenario's deployment: aggregated instances (rackserve/sim/aggregated.py)
+    or prefill and decode instances (rackserve/sim/simulator.py)."""
+    return AggregatedSimulator if scenario.config.deployment.is_aggregated else Simulator
+
+
 def simulate(scenario: Scenario, arrivals: Sequence[Request] | ArrivalSource | None = None,
              policy: str | None = None, timing: Any | None = None) -> SimResult:
     """One run: `arrivals` (a request list, e.g. the live cluster's, or a source) or the scenario's
@@ -103,7 +110,7 @@ def simulate(scenario: Scenario, arrivals: Sequence[Request] | ArrivalSource | N
     else:
         source = arrivals
     timing = timing if timing is not None else timing_for(scenario)
-    return Simulator(scenario, timing, policy or scenario.config.routing.policy, source).run()
+    return simulator_for(scenario)(scenario, timing, policy or scenario.config.routing.policy, source).run()
 
 
 def run_policies(scenario: Scenario, policies: Sequence[str], timing: Any | None = None,
@@ -114,5 +121,5 @@ def run_policies(scenario: Scenario, policies: Sequence[str], timing: Any | None
     results = []
     for policy in policies:
         cb = progress(policy) if progress is not None else None
-        results.append(Simulator(scenario, timing, policy, make_source(), cb).run())
+        results.append(simulator_for(scenario)(scenario, timing, policy, make_source(), cb).run())
     return results

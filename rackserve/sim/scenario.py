@@ -50,6 +50,9 @@ class SimSettings(BaseModel):
         8192, gt=0, description="decode rank token budget per step (vLLM default; bounds resumed recompute)")
     kv_block_multiple: int = Field(
         1, gt=0, description="track KV in groups of this many target blocks (1 = exact; 8 = 512 tokens, faster)")
+    adp_balance_timeout_iters: int | None = Field(
+        None, ge=0, description="aggregated instances: TensorRT-LLM's attention-DP balance (attention_dp_config "
+        "enable_balance, timeout_iters): prompts wait until every rank has one, or this many steps (None: off)")
     horizon_s: float | None = Field(None, gt=0, description="ignore arrivals after this time")
     measure_start_s: float = Field(0.0, ge=0, description="start of the measured window (simulated s)")
     measure_duration_s: float | None = Field(
@@ -69,7 +72,7 @@ class Scenario:
     @property
     def gpus(self) -> int:
         dep = self.config.deployment
-        return sum(g.count * g.gpus for g in (*dep.prefill, *dep.decode))
+        return sum(g.count * g.gpus for g in (*dep.prefill, *dep.decode, *dep.aggregated))
 
 
 def _errors(prefix: str, exc: ValidationError) -> str:
@@ -96,6 +99,8 @@ def scenario_from_dict(data: dict[str, Any], name: str = "scenario") -> Scenario
         config = Config.model_validate(data)
     except ValidationError as exc:
         raise ValueError(_errors("", exc)) from None
+    if config.deployment.is_aggregated:
+        return Scenario(name, config, parse_workload(config.workload), sim)
     if not config.deployment.prefill or not any(g.count for g in config.deployment.prefill):
         raise ValueError("deployment.prefill: at least one prefill instance is needed")
     if not config.deployment.decode or not any(g.count for g in config.deployment.decode):

@@ -69,6 +69,24 @@ def rates_for_length(shape: tuple[float, ...] | list[float], length: float) -> t
     return tuple(min(1.0, hi * a) for a in shape)
 
 
+def with_drafts(model: ModelSpec, drafts: int | None) -> ModelSpec:
+    """The model verifying `drafts` draft tokens per step instead of its spec's (TensorRT-LLM's MTP
+    num_nextn_predict_layers: InferenceX runs DeepSeek-R1 with 1 under attention DP and 3 without,
+    benchmarks/dsr1_fp8_h200_trt_mtp.sh). The first `drafts` positions keep their rates as the spec's
+    pinned length discounts them (rates_for_length over all positions, then cut), so a fitted length
+    carries over; the length is then what those rates give. None: the spec unchanged."""
+    if drafts is None or model.mtp is None or drafts == model.mtp.block_tokens - 1:
+        return model
+    shape = model.mtp.acceptance
+    if not 1 <= drafts <= len(shape):
+        raise ValueError(f"speculative.drafts: {model.name} has acceptance rates for 1..{len(shape)} drafts, got {drafts}")
+    pinned = model.mtp.acceptance_length
+    rates = tuple(shape) if pinned is None else rates_for_length(shape, pinned)
+    mtp = model.mtp.model_copy(update={"block_tokens": drafts + 1, "acceptance": list(rates[:drafts]),
+                                       "acceptance_length": None})
+    return model.model_copy(update={"mtp": mtp})
+
+
 def speculation(model: ModelSpec, acceptance_length: float | None = None) -> Speculation | None:
     """The model's speculation parameters (accepted length: `acceptance_length`, else the model's
     pinned `mtp.acceptance_length`, else what its per-position rates give), or None without draft layers."""

@@ -19,6 +19,7 @@ from rackserve.timing.speculative import (
     settled_batch,
     speculation,
     verify_batch,
+    with_drafts,
 )
 from rackserve.timing.step_cost import CostContext, step_cost
 from rackserve.timing.step_plan import (
@@ -96,6 +97,7 @@ class TimingModel:
         reference_chunk_tokens: int = REFERENCE_PREFILL_TOKENS,
         expert_precision: str | None = None,
         attention_math: str | None = None,
+        drafts: int | None = None,
     ) -> TimingModel:
         opts = (
             optimizations
@@ -103,7 +105,8 @@ class TimingModel:
             else parse_optimizations(optimizations)
         )
         return TimingModel(
-            load_hardware(hardware), with_precision(load_model(model), expert_precision, attention_math), opts,
+            load_hardware(hardware), with_drafts(with_precision(load_model(model), expert_precision, attention_math),
+                                                 drafts), opts,
             block_tokens, engram_placement, acceptance_length, reference_chunk_tokens,
         )
 
@@ -123,6 +126,7 @@ class TimingModel:
             reference_chunk_tokens,
             getattr(section, "expert_precision", None),
             getattr(section, "attention_math", None),
+            None if spec is None else getattr(spec, "drafts", None),
         )
 
     def _again(self, hardware: HardwareSpec, optimizations: Optimizations) -> TimingModel:

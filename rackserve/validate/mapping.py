@@ -91,6 +91,7 @@ class Mapped:
     tput_figure: str = "total"  # total | prefill-input-per-prefill-gpu | decode-output-per-decode-gpu | output-per-gpu
     approximations: tuple[str, ...] = field(default_factory=tuple)
     read_as: str = ""
+    engine: dict = field(default_factory=dict)  # aggregated rows: the engine's sim settings (engine_settings)
 
     @property
     def gpus(self) -> int:
@@ -157,6 +158,7 @@ def map_point(p: Point, readings: dict[str, dict] | None = None, batch_caps: boo
         approx.append(f"decode batch capped at {cap} per rank: the running batch the row's own figures imply "
                       "(Little: output tok/s per decode GPU / tok/s per user); InferenceX configs fix a "
                       "max_batch_size the points do not carry")
+    engine = engine_settings(p, decode, mtp, approx) if kind == "aggregated" else {}
     for side, w in (("prefill", prefill), ("decode", decode)):
         if w is not None and w.gpus > load_hardware(hardware).nvlink_domain_gpus and w.layout == "tep":
             approx.append(f"{side} tep{w.gpus} spans NVLink domains: its all-reduce priced as NVLink")
@@ -165,8 +167,30 @@ def map_point(p: Point, readings: dict[str, dict] | None = None, batch_caps: boo
         reading.get("context_tokens"), reading.get("decode_batch_per_rank"),
         reading.get("acceptance_length"), cap, tuple(reading["compare"]) if "compare" in reading else None,
         reading.get("tput_figure", "total"), tuple(approx),
-        reading.get("read_as", ""),
+        reading.get("read_as", ""), engine,
     )
+
+
+def engine_settings(p: Point, w: Workers, mtp: bool, approx: list[str]) -> dict:
+    """An aggregated row's engine as the benchmark launched it. TensorRT-LLM under attention DP, from
+    InferenceX's scripts (benchmarks/dsr1_fp4_b200_trt.sh, dsr1_fp8_h200_trt_mtp.sh): attention_dp_config
+    enable_balance with timeout_iters 60 (batching_wait_iters 0); max_num_tokens (the step's token budget)
+    = the batch's decode tokens + ISL + 64 rounded up to 64 (at least 8192 without MTP); with MTP, one
+    draft (num_nextn_predict_layers 1 under attention DP) and max_batch_size = concurrency / TP per rank.
+    Other engines: their defaults (sim.max_num_batched_tokens 8192, no balance)."""
+    if "TRT" not in p.framework.upper() or w.layout != "dep" or not p.isl or not p.concurrency:
+        return {}
+    per_rank = max(1, p.concurrency // w.ranks)
+    if mtp:
+        budget = ((1 + 1) * per_rank + p.isl + 64 + 63) // 64 * 64
+        engine = {"max_num_batched_tokens": budget, "decode_max_batch_seqs": per_rank, "drafts": 1}
+    else:
+        budget = max(8192, (p.concurrency + p.isl + 64 + 63) // 64 * 64)
+        engine = {"max_num_batched_tokens": budget}
+    engine["adp_balance_timeout_iters"] = 60
+    approx.append("TensorRT-LLM engine as InferenceX launches it: attention-DP balance (timeout_iters 60), "
+                  f"max_num_tokens {budget}" + (f", MTP with 1 draft, max_batch_size {per_rank}" if mtp else ""))
+    return engine
 
 
 _OUT_PER_GPU = re.compile(r"output tok/s per decode GPU=([\d.]+)")

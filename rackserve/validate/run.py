@@ -27,7 +27,8 @@ FIGURES = ("tput_per_gpu", "tps_user", "ttft_s")
 
 
 def scenario_of(m: Mapped) -> dict:
-    """The simulator scenario of a `serving` row: its workers, the benchmark's closed loop of random
+    """The simulator scenario of a `serving` or `aggregated` row: its workers (an aggregated row's engine
+    settings, mapping.engine_settings), the benchmark's closed loop of random
     prompts (lengths drawn in 80-100%, 10 prompts per lane, all of the run measured, as InferenceX)."""
     timing = {"hardware": m.hardware, "model": m.model, "target_block_tokens": 64,
               "optimizations": "baseline" if m.mtp else "baseline,-mtp"}
@@ -35,12 +36,20 @@ def scenario_of(m: Mapped) -> dict:
         timing["expert_precision"] = m.expert_precision
     if m.attention_math:
         timing["attention_math"] = m.attention_math
+    engine = dict(m.engine)
+    if engine.get("drafts"):
+        timing["speculative"] = {"drafts": engine.pop("drafts")}
+    sim = {**engine, **({"decode_max_batch_seqs": m.decode_batch_cap} if m.decode_batch_cap else {})}
+    if m.kind == "aggregated":
+        deployment = {"aggregated": [m.decode.as_group()]}
+    else:
+        deployment = {"prefill": [m.prefill.as_group()], "decode": [m.decode.as_group()]}
     return {
         "name": m.id,
         "timing": timing,
-        "deployment": {"prefill": [m.prefill.as_group()], "decode": [m.decode.as_group()]},
+        "deployment": deployment,
         "routing": {"policy": "least-uncached-work", "seed": 0},
-        **({"sim": {"decode_max_batch_seqs": m.decode_batch_cap}} if m.decode_batch_cap else {}),
+        **({"sim": sim} if sim else {}),
         "workload": {"kind": "uniform", "seed": 0, "concurrency": m.concurrency,
                      "requests": min(m.concurrency * PROMPTS_PER_LANE, MAX_REQUESTS),
                      "prompt_tokens": m.isl, "output_tokens": m.osl, "length_spread": LENGTH_SPREAD},
@@ -48,13 +57,11 @@ def scenario_of(m: Mapped) -> dict:
 
 
 def twin_figures(m: Mapped, p: Point) -> phases.Figures:
-    if m.kind == "serving":
+    if m.kind in ("serving", "aggregated"):
         result = run_policies(scenario_from_dict(scenario_of(m), m.id), ["least-uncached-work"])[0]
         return phases.Figures(result.throughput_per_gpu, 1.0 / result.tpot_p50_s, result.ttft_p50_s,
                               {"completed": result.completed, "span_s": result.span_s,
                                "ttft_p90_s": result.ttft_p90_s, "prefill_util": result.prefill_util})
-    if m.kind == "aggregated":
-        return phases.aggregated(m)
     if m.kind == "prefill-phase":
         return phases.prefill_phase(m)
     if m.kind == "decode-at-speed":
@@ -83,7 +90,7 @@ def validate_row(p: Point, m: Mapped) -> dict:
         row["twin"] = {f: (v if f in m.compare else None) for f, v in row["twin"].items()}
     row["detail"] = fig.detail
     row["gpus"] = m.gpus
-    if m.kind == "serving":
+    if m.kind in ("serving", "aggregated"):
         row["scenario_yaml"] = scenario_of(m)
     row["ratio"] = {f: _ratio(row["twin"][f], row["measured"][f]) for f in FIGURES}
     return row

@@ -48,6 +48,30 @@ def test_aggregated_rows_are_one_instance():
     assert "aggregated 1 x dep8" in agg.describe()
 
 
+def test_an_aggregated_trtllm_row_runs_the_engine_inferencex_launched():
+    """InferenceX's TRT-LLM scripts: ADP balance (timeout 60), max_num_tokens = decode tokens + ISL + 64
+    rounded to 64 (>= 8192 without MTP), one MTP draft and concurrency / TP sequences per rank with MTP;
+    the simulated scenario is one aggregated instance with those settings."""
+    from rackserve.sim.run import simulator_for
+    from rackserve.sim.aggregated import AggregatedSimulator
+    from rackserve.sim.scenario import scenario_from_dict
+    from rackserve.validate.run import scenario_of
+
+    single = "single node TP8/EP8, dp_attn=True"
+    plain = mapped(disagg=False, prefill_cfg=single, decode_cfg=single, framework="TRT-LLM", mtp=False,
+                   isl=8192, concurrency=128)
+    assert plain.engine == {"max_num_batched_tokens": 8384, "adp_balance_timeout_iters": 60}
+    assert any("attention-DP balance" in a for a in plain.approximations)
+    mtp = mapped(disagg=False, prefill_cfg=single, decode_cfg=single, framework="TRT-LLM", mtp=True,
+                 isl=8192, concurrency=256)
+    assert mtp.engine == {"max_num_batched_tokens": 8320, "decode_max_batch_seqs": 32, "drafts": 1,
+                          "adp_balance_timeout_iters": 60}
+    sc = scenario_from_dict(scenario_of(mtp), "t")
+    assert simulator_for(sc) is AggregatedSimulator and sc.gpus == 8
+    assert sc.config.timing.speculative.drafts == 1 and sc.sim.adp_balance_timeout_iters == 60
+    assert mapped(disagg=False, prefill_cfg=single, decode_cfg=single, framework="SGLang").engine == {}
+
+
 def test_what_cannot_be_expressed_says_why():
     v4 = mapped(model="DeepSeek-V4-Pro (1.6T)")
     assert v4.kind == "unexpressed" and "model spec" in v4.approximations[0]

@@ -33,22 +33,6 @@ def test_prefill_phase_is_a_full_chunk_per_rank():
     assert fig.tput_per_gpu == pytest.approx(4 * 2000 / fig.detail["step_s"])
 
 
-def test_aggregated_closed_loop_keeps_littles_law():
-    m = row("aggregated", decode=Workers("dep", 8), prefill=Workers("dep", 8), concurrency=256, mtp=True)
-    fig = phases.aggregated(m)
-    rate, step = fig.detail["requests_per_s_per_rank"], fig.detail["step_s"]
-    tm = phases.timing_model(m)
-    accepted = tm.expected_accepted_tokens()
-    osl = phases.mean_length(1024)
-    e2e = fig.ttft_s + osl / accepted * step
-    assert rate * e2e == pytest.approx(256 / 8, rel=0.02)  # lanes per rank = rate x (TTFT + decode time)
-    assert fig.tps_user == pytest.approx(accepted / step)
-    assert fig.tput_per_gpu == pytest.approx(rate * (phases.mean_length(8192) + osl))
-    # more lanes: more throughput or longer waits, never less of both
-    more = phases.aggregated(row("aggregated", decode=Workers("dep", 8), prefill=Workers("dep", 8), concurrency=512, mtp=True))
-    assert more.tput_per_gpu >= fig.tput_per_gpu * 0.999 and more.ttft_s >= fig.ttft_s
-
-
 def test_single_stream_is_one_over_the_batch_one_token_time():
     m = row("single-stream", decode=Workers("tep", 8, moe_tp=4), context_tokens=2048, mtp=True, hardware="b200",
             expert_precision="nvfp4")
