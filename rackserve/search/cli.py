@@ -165,16 +165,35 @@ def sensitivity(
     rack: Annotated[Path, typer.Argument(help="rack file (scenarios/racks/*.yaml)")],
     versus: Annotated[Path | None, typer.Option(help="a second rack: the rack-over-rack ratio's moves too")] = None,
     out: Annotated[Path, typer.Option(help="folder for sensitivity.json and sensitivity.md")] = Path("out/sensitivity"),
+    confirm: Annotated[int, typer.Option(help="replay the top K parameters of each rack at its frontier's point")] = 0,
+    frontier: Annotated[list[Path] | None, typer.Option(help="frontier.json of a rack (repeat per rack; --confirm)")] = None,
+    target: Annotated[str | None, typer.Option(help="--confirm at this target of the frontier (default: its first)")] = None,
 ) -> None:
     """Every FREE parameter of the rack's hardware and model files at -25% / +25%: how far the screened
-    envelope's throughput at each target and the peak move, ranked."""
+    envelope's throughput at each target and the peak move, ranked; with --confirm K, the top K of each
+    rack replayed at the point its frontier chose."""
     from rackserve.search import sensitivity as sens
+    from rackserve.search import sensitivity_confirm as conf
 
     try:
         racks = [load_rack(rack)] + ([load_rack(versus)] if versus else [])
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="RACK") from None
+    if confirm < 0:
+        raise typer.BadParameter("must be >= 0", param_hint="--confirm")
+    frontiers = {}
+    if confirm:
+        if not frontier:
+            raise typer.BadParameter("--confirm needs the racks' frontier.json (--frontier F)", param_hint="--frontier")
+        try:
+            frontiers = conf.read_frontiers(frontier)
+            for doc_f in frontiers.values():
+                conf.chosen_point(doc_f, target)
+        except (OSError, ValueError, KeyError) as exc:
+            raise typer.BadParameter(str(exc), param_hint="--frontier") from None
     doc = sens.sensitivity(*racks)
+    if confirm:
+        doc["confirmed"] = conf.confirm(doc, racks, frontiers, confirm, target)
     sens.write(doc, out)
     for row in doc["rows"][:10]:
         print(f"{row['rack']:>14}  {row['param']:<48} {row['max_abs_move']:+.1%}")
