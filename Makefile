@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: up test lint bench clean venv
 
-$(STAMP): pyproject.toml setup.py rackserve/splitmix.h rackserve/sim/_lruset.c rackserve/workload/_blockids.c rackserve/kv/_poolcore.c
+$(STAMP): pyproject.toml setup.py rackserve/splitmix.h rackserve/sim/_lruset.c rackserve/workload/_blockids.c rackserve/kv/_poolcore.c rackserve/timing/_pricer.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
@@ -27,4 +27,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check rackserve services tests bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache build rackserve/sim/*.so rackserve/workload/*.so rackserve/kv/*.so
+	rm -rf $(VENV) .pytest_cache build rackserve/sim/*.so rackserve/workload/*.so rackserve/kv/*.so rackserve/timing/*.so

@@ -51,6 +51,13 @@ class GroupPlan:
     f_ratio: np.ndarray  # [I, 1]
     f_top_k: np.ndarray  # [I, 1]
     f_order: np.ndarray  # [7 + 2I]
+    # the f_* constants in one array, as the compiled kernels read them (timing/pricer.py, _pricer.c)
+    packed: np.ndarray = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.packed is None:
+            object.__setattr__(self, "packed", _packed(self.window, self.f_knee, self.f_div, self.f_cap, self.f_ratio,
+                                                       self.f_top_k, self.f_order))
 
 
 @dataclass(frozen=True)
@@ -185,6 +192,12 @@ def _feature_constants(window: float, ratios: list[tuple[float, float]]) -> dict
         "f_top_k": col([top_k for _, top_k in ratios]),
         "f_order": np.argsort(computed),
     }
+
+
+def _packed(window: float, knee, div, cap, ratio, top_k, order) -> np.ndarray:
+    """nidx, window, knee, div, cap, ratio, top_k, order (as float64): GroupPlan.packed."""
+    return np.concatenate([[float(ratio.shape[0]), window], knee.ravel(), div.ravel(), cap.ravel(), ratio.ravel(),
+                           top_k.ravel(), order.astype(np.float64)])
 
 
 def _reads_apart(gmap: np.ndarray, nc: int, idx_codes: list[int]) -> np.ndarray:

@@ -20,6 +20,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from rackserve.timing import pricer
 from rackserve.timing.batch import StepBatch, StepCost
 from rackserve.timing.cost_context import MEMO_LIMIT, CostContext
 from rackserve.timing.plan import GroupPlan, RowStack, StepPlan, build_plan  # noqa: F401  (re-exported)
@@ -101,7 +102,7 @@ class Prepared:
         f = self.feats.get(key)
         if f is None:
             q = self.q_full if gp.tail == 0 else np.minimum(self.q_full, gp.tail)
-            f = _general_features(gp, q, self.end, self.starts, self.nonempty)
+            f = group_features(gp, q, self.end, self.starts, self.nonempty)
             if self.spread is not None:  # back to one column per rank (a rank's sums are its own)
                 f = f[:, self.spread]
             self.feats[key] = f
@@ -135,7 +136,7 @@ def features_together(preps: list[Prepared], groups) -> None:
         starts = np.concatenate([p.starts + off for p, off in zip(todo, offsets, strict=True)])
         nonempty = np.concatenate([p.nonempty for p in todo])
         between = [off + n for off, n in zip(offsets[:-1], sizes[:-1], strict=True)]  # the zero columns
-        f = _general_features(gp, q, end, starts, nonempty, between)
+        f = group_features(gp, q, end, starts, nonempty, between)
         at = 0
         for p in todo:
             d = p.counts.shape[0]
@@ -146,11 +147,7 @@ def features_together(preps: list[Prepared], groups) -> None:
 
 def general_cost(ctx: CostContext, plan: StepPlan, batch: StepBatch, prep: Prepared, kv_transfer) -> StepCost:
     """The general path of fast_step_cost over `batch`'s Prepared form."""
-    groups = []
-    for gp in plan.groups:
-        f = prep.features(gp)
-        kv, tc, tm = _kv_times(gp, f[:-2], gp.general_map, f[-1])
-        groups.append(Group(gp, kv, tc, tm, f[-2], f[-1]))
+    groups = [group_result(gp, prep.features(gp)) for gp in plan.groups]
     return _finish(ctx, plan, batch, groups, kv_transfer, _pooled(prep))
 
 
@@ -159,9 +156,8 @@ def general_costs(ctx: CostContext, plan: StepPlan, items: list[tuple[StepBatch,
     ranks), _kv_times' element-wise part for all of them at once (_kv_times_many)."""
     groups: list[list[Group]] = [[] for _ in items]
     for gp in plan.groups:
-        fs = [prep.features(gp) for _, prep in items]
-        for out, (kv, tc, tm), f in zip(groups, _kv_times_many(gp, fs), fs, strict=True):
-            out.append(Group(gp, kv, tc, tm, f[-2], f[-1]))
+        for out, g in zip(groups, group_results(gp, [prep.features(gp) for _, prep in items]), strict=True):
+            out.append(g)
     return [
         _finish(ctx, plan, batch, g, kv_transfer, _pooled(prep))
         for (batch, prep), g in zip(items, groups, strict=True)
@@ -223,7 +219,7 @@ def prefill_rows(plan: StepPlan, rank_lists) -> dict:
                     todo[key] = (gi, rb)
     if not todo:
         return todo
-    fresh = dict(zip(todo, _rank_rows(plan, list(todo.values())), strict=True))
+    fresh = dict(zip(todo, rank_rows(plan, list(todo.values())), strict=True))
     if len(memo) + len(fresh) > MEMO_LIMIT:
         memo.clear()
     memo.update(fresh)
@@ -391,21 +387,7 @@ def _decode_step(ctx: CostContext, plan: StepPlan, batch: StepBatch, kv_transfer
     if entry is None:
         entry = _decode_entry(ctx, plan, lens, batch.expert_tokens)
     bundle, base, starts, active = entry
-    if active is not None:  # idle ranks: a zero column keeps every segment start in range
-        capped = np.zeros((gp.decode_caps.shape[0], n + 1))
-        np.minimum(cached + 1.0, gp.decode_caps, out=capped[:, :n])
-        feats = np.add.reduceat(capped, starts, axis=1) * active
-    else:
-        feats = np.add.reduceat(np.minimum(cached + 1.0, gp.decode_caps), starts, axis=1)
-    x = feats.T @ gp.decode_map  # [R, 4C]: compute times, then memory times
-    half = x.shape[1] >> 1
-    tc, tm = x[:, :half], x[:, half:]
-    blocks = (
-        (np.maximum(tc, tm), x) if gp.d_omo is None else (np.maximum(tc, tm), np.minimum(tc, tm), x)
-    )
-    # [R, (attention, indexer, both, attention compute, indexer compute, attention memory,
-    # indexer memory)], launch and gather costs apart
-    z = np.concatenate(blocks, axis=1) @ gp.d_out
+    z = decode_totals(gp, cached, starts, active)
     attn = z[:, 2] + base
     transfer = None
     if any(map(_HBM, ranks)) or any(map(_DRAM, ranks)):
@@ -471,23 +453,8 @@ def decode_passes(ctx: CostContext, plan: StepPlan, lens: list[int], cached: np.
         entry = _decode_entry(ctx, plan, lens, expert_tokens)
     bundle, base, starts, active = entry
     gp = plan.groups[0]
-    k, n = cached.shape
-    e = (cached + 1.0)[:, None, :]  # [k, 1, n]
-    if active is not None:  # idle ranks: a zero column keeps every segment start in range
-        capped = np.zeros((k, gp.decode_caps.shape[0], n + 1))
-        np.minimum(e, gp.decode_caps, out=capped[:, :, :n])
-        feats = np.add.reduceat(capped, starts, axis=2) * active
-    else:
-        feats = np.add.reduceat(np.minimum(e, gp.decode_caps), starts, axis=2)
-    dmap = gp.decode_map
-    x = _stacked([f.T @ dmap for f in feats])  # [k, R, 4C]
-    half = x.shape[2] >> 1
-    tc, tm = x[:, :, :half], x[:, :, half:]
-    blocks = (
-        (np.maximum(tc, tm), x) if gp.d_omo is None else (np.maximum(tc, tm), np.minimum(tc, tm), x)
-    )
-    d_out = gp.d_out
-    z = _stacked([c @ d_out for c in np.concatenate(blocks, axis=2)])  # [k, R, 7]
+    k = cached.shape[0]
+    z = decode_pass_totals(gp, cached, starts, active)  # [k, R, 7]
     attn = z[:, :, 2] + base
     moe_total = bundle.moe_total
     idle_moe = None
@@ -521,3 +488,79 @@ def decode_passes(ctx: CostContext, plan: StepPlan, lens: list[int], cached: np.
         out.append((0.0, 0.0, zero) if total is None else (total, dc, tuple(b)))
     return out
 
+
+
+# The arithmetic kernels' numpy twins: the reference, and what runs where timing/_pricer.c is not built.
+
+
+def _group_result(gp, f: np.ndarray) -> Group:
+    """One layer group's results from its features f [F_g + 2, R] (general path)."""
+    kv, tc, tm = _kv_times(gp, f[:-2], gp.general_map, f[-1])
+    return Group(gp, kv, tc, tm, f[-2], f[-1])
+
+
+def _group_results(gp, fs: list[np.ndarray]) -> list[Group]:
+    """_group_result of each f of `fs` (the same ranks), _kv_times' element-wise part for all at once."""
+    return [Group(gp, kv, tc, tm, f[-2], f[-1]) for (kv, tc, tm), f in zip(_kv_times_many(gp, fs), fs, strict=True)]
+
+
+def _decode_totals(gp, cached: np.ndarray, starts: np.ndarray, active) -> np.ndarray:
+    """A single-token decode step's per rank [attention, indexer, both, attention compute, indexer
+    compute, attention memory, indexer memory] from its sequences' cached tokens, launch and gather
+    costs apart: one capped reduction per rank, one matrix product to the per-(kernel, code) compute
+    and memory times, one to the per-rank totals."""
+    n = cached.shape[0]
+    if active is not None:  # idle ranks: a zero column keeps every segment start in range
+        capped = np.zeros((gp.decode_caps.shape[0], n + 1))
+        np.minimum(cached + 1.0, gp.decode_caps, out=capped[:, :n])
+        feats = np.add.reduceat(capped, starts, axis=1) * active
+    else:
+        feats = np.add.reduceat(np.minimum(cached + 1.0, gp.decode_caps), starts, axis=1)
+    x = feats.T @ gp.decode_map  # [R, 4C]: compute times, then memory times
+    half = x.shape[1] >> 1
+    tc, tm = x[:, :half], x[:, half:]
+    blocks = (
+        (np.maximum(tc, tm), x) if gp.d_omo is None else (np.maximum(tc, tm), np.minimum(tc, tm), x)
+    )
+    return np.concatenate(blocks, axis=1) @ gp.d_out
+
+
+def _decode_pass_totals(gp, cached: np.ndarray, starts: np.ndarray, active) -> np.ndarray:
+    """_decode_totals of each row of cached [k, n], as [k, R, 7]: element-wise ones and reductions for
+    all rows at once, the matrix products row by row (a BLAS product of more rows may round differently)."""
+    k, n = cached.shape
+    e = (cached + 1.0)[:, None, :]  # [k, 1, n]
+    if active is not None:  # idle ranks: a zero column keeps every segment start in range
+        capped = np.zeros((k, gp.decode_caps.shape[0], n + 1))
+        np.minimum(e, gp.decode_caps, out=capped[:, :, :n])
+        feats = np.add.reduceat(capped, starts, axis=2) * active
+    else:
+        feats = np.add.reduceat(np.minimum(e, gp.decode_caps), starts, axis=2)
+    dmap = gp.decode_map
+    x = _stacked([f.T @ dmap for f in feats])  # [k, R, 4C]
+    half = x.shape[2] >> 1
+    tc, tm = x[:, :, :half], x[:, :, half:]
+    blocks = (
+        (np.maximum(tc, tm), x) if gp.d_omo is None else (np.maximum(tc, tm), np.minimum(tc, tm), x)
+    )
+    d_out = gp.d_out
+    return _stacked([c @ d_out for c in np.concatenate(blocks, axis=2)])
+
+
+# name -> (numpy twin, compiled kernel) of the kernels this module prices with; the compiled ones where
+# timing/_pricer.c is built (tests swap in the twins: tests/unit/timing/test_pricer.py)
+KERNELS = {
+    "group_features": (_general_features, pricer.general_features),
+    "group_result": (_group_result, pricer.group_result),
+    "group_results": (_group_results, pricer.group_results),
+    "decode_totals": (_decode_totals, pricer.decode_totals),
+    "decode_pass_totals": (_decode_pass_totals, pricer.decode_pass_totals),
+    "rank_rows": (_rank_rows, pricer.rank_rows),
+}
+_CHOSEN = 1 if pricer.AVAILABLE else 0
+group_features = KERNELS["group_features"][_CHOSEN]
+group_result = KERNELS["group_result"][_CHOSEN]
+group_results = KERNELS["group_results"][_CHOSEN]
+decode_totals = KERNELS["decode_totals"][_CHOSEN]
+decode_pass_totals = KERNELS["decode_pass_totals"][_CHOSEN]
+rank_rows = KERNELS["rank_rows"][_CHOSEN]
