@@ -1,7 +1,8 @@
-"""Chaos run on a live cluster: per fault (a decode rank's Ray actor, the decode service, the
-prefill service, the router, Redis, each killed once under a load of concurrent greedy streams,
-nothing restarted by hand), how many requests completed (token-for-token the fault-free text),
-migrated, ended with a clean retryable error, or were lost; then Ctrl-C. Same code as
+"""Chaos run on a live cluster: per fault (a busy decode rank's Ray actor, the decode service, the
+prefill service, the router, Redis, the Ray head's GCS, each killed once under a load of concurrent
+greedy streams, nothing restarted by hand), how many requests were in flight at the kill,
+completed (token-for-token the fault-free text), migrated, ended with a clean retryable error, or
+were lost, how long until serving again and until /ready was true again; then Ctrl-C. Same code as
 tests/integration/reliability/test_chaos.py (tests/integration/reliability/chaos.py).
 
     flock /tmp/rackserve-ray.lock .venv/bin/python bench/chaos.py
@@ -17,6 +18,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -30,27 +32,34 @@ RESULT = Path(__file__).parent / "results" / "chaos.json"
 README = Path(__file__).resolve().parent.parent / "README.md"
 BEGIN, END = "<!-- chaos:begin (bench/chaos.py) -->", "<!-- chaos:end -->"
 FAULT_NAMES = {"rank_actor": "decode rank actor", "decode": "decode service",
-               "prefill": "prefill service", "router": "router", "redis": "Redis"}
+               "prefill": "prefill service", "router": "router", "redis": "Redis",
+               "ray_head": "Ray head (GCS)"}
 
 
 def render(result: dict) -> str:
     """The README's failure table from a chaos.json."""
     rows = [
-        "| fault | requests | completed | migrated | clean errors (in flight at the kill) | lost | "
-        "serving again | messages clients got |",
-        "|---|---|---|---|---|---|---|---|",
+        "| fault | requests (in flight at the kill) | completed | migrated | clean errors (in flight "
+        "at the kill) | lost | serving again | /ready true again | messages clients got |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["faults"]:
         messages = "; ".join(f"`{m}` x{n}" for m, n in r.get("error_messages", {}).items()) or "-"
+        ready = r.get("ready_true_again_after_s")
         rows.append(
-            f"| {FAULT_NAMES.get(r['fault'], r['fault'])} | {r['requests']} | {r['completed']} | "
+            f"| {FAULT_NAMES.get(r['fault'], r['fault'])} | {r['requests']} "
+            f"({r.get('requests_in_flight_at_the_kill', '?')}) | {r['completed']} | "
             f"{r['migrated']} | {r['clean_errors']} ({r['clean_errors_of_requests_in_flight_at_the_kill']}) "
-            f"| {r['lost']} | {r['serving_again_after_s']:.1f} s | {messages} |"
+            f"| {r['lost']} | {r['serving_again_after_s']:.1f} s | "
+            f"{'never false' if ready is None else f'{ready:.1f} s'} | {messages} |"
         )
+    firsts = {r.get("first_request_when_ready_again") for r in result["faults"]} - {None}
     ctrl_c = result["ctrl_c"]
     rows.append("")
     rows.append(f"{result['clients']} greedy streaming clients, retrying every 0.2 s after a clean error; "
-                f"then Ctrl-C: exit {ctrl_c['exit_code']} in {ctrl_c['seconds']} s.")
+                "times from the kill.")
+    rows.append(f"The first request sent when `/ready` was true again: {', '.join(sorted(firsts)) or '-'}. "
+                f"Then Ctrl-C: exit {ctrl_c['exit_code']} in {ctrl_c['seconds']} s.")
     return "\n".join(rows)
 
 
@@ -68,7 +77,8 @@ def main() -> None:
         write_readme(json.loads(RESULT.read_text()))
         return
     started = time.time()
-    launcher = run.start_cluster(Path(tempfile.mkdtemp(prefix="rackserve-chaos-")))
+    tmp = Path(tempfile.mkdtemp(prefix="rackserve-chaos-"))
+    launcher = run.start_cluster(tmp)
     try:
         reports = [r.as_dict() for r in asyncio.run(run.chaos(launcher))]
         idle = asyncio.run(run.idle_metrics(launcher.base_url))
@@ -76,6 +86,7 @@ def main() -> None:
         code, stop_s = run.stop_with_ctrl_c(launcher)
         if launcher.proc.poll() is None:
             launcher.stop()
+        shutil.rmtree(tmp, ignore_errors=True)  # the cluster's config and logs
     result = {
         "command": "flock /tmp/rackserve-ray.lock .venv/bin/python bench/chaos.py",
         "machine": {"cpus": os.cpu_count(), "load_1m": os.getloadavg()[0], "python": platform.python_version()},
@@ -89,12 +100,7 @@ def main() -> None:
     }
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     RESULT.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{'fault':12s} {'requests':>8s} {'completed':>9s} {'migrated':>8s} {'clean err':>9s} "
-          f"{'(in flight)':>11s} {'lost':>4s} {'serving again':>13s}")
-    for r in reports:
-        print(f"{r['fault']:12s} {r['requests']:8d} {r['completed']:9d} {r['migrated']:8d} "
-              f"{r['clean_errors']:9d} {r['clean_errors_of_requests_in_flight_at_the_kill']:11d} "
-              f"{r['lost']:4d} {r['serving_again_after_s']:12.1f}s")
+    print(render(result))
     print("clean err: retryable answers (503/429, in-band error, dropped connection), clients retrying"
           " every 0.2 s while the part restarts; serving again: from the kill")
     print(f"Ctrl-C: exit {code} in {stop_s:.1f} s; wrote {RESULT}")

@@ -1,9 +1,11 @@
 """The chaos run shared by tests/integration/reliability/test_chaos.py and bench/chaos.py.
 
 A small cluster (`rackserve up`, embedded Redis) serves a steady load of concurrent greedy
-streams while a fault script kills, in turn, a decode rank's Ray actor, the decode service, the
-prefill service, the router and Redis; nothing is restarted by hand (the launcher's supervisor and
-Ray do it). Every request is classified against a fault-free run of the same prompts:
+streams while a fault script kills, in turn, a busy decode rank's Ray actor, the decode service,
+the prefill service, the router, Redis and the Ray head's GCS; nothing is restarted by hand (the
+launcher's supervisor and Ray do it). The load runs until the cluster serves again and a while
+after; /ready is watched throughout, and the first request sent when it turns true again is
+judged too. Every request is classified against a fault-free run of the same prompts:
 - completed: the whole stream, token-for-token the fault-free text (migrated: it changed ranks);
 - clean error: a retryable answer - HTTP 429/503 with an OpenAI error body, or an in-band stream
   error, whose message is one of the documented retryable ones (services/router/stream_errors.py,
@@ -42,9 +44,10 @@ cluster: {prometheus: false, time_scale: 10, decode_chunk_timeout_s: 5, worker_t
 PROMPTS = [f"Chaos client {i} asks the rack about block {i * 7} and its neighbours. " * 2 for i in range(6)]
 MAX_TOKENS = 48
 CLIENTS = 4
-FAULTS = ("rank_actor", "decode", "prefill", "router", "redis")
+FAULTS = ("rank_actor", "decode", "prefill", "router", "redis", "ray_head")
 LOAD_BEFORE_S = 2.0  # load runs this long before the fault ...
-LOAD_AFTER_S = 4.0  # ... and this long after it
+LOAD_AFTER_S = 4.0  # ... and this long after the cluster serves again
+BUSY_RANK_WAIT_S = 10.0  # the rank-actor fault waits this long at most for a busy decode rank
 RECOVER_S = 90.0  # the cluster must serve again within this after a fault
 REQUEST_TIMEOUT_S = 60.0  # a request taking longer is a hang: lost
 
@@ -65,6 +68,7 @@ class FaultReport:
     recovered_s: float = 0.0  # from the kill to the first request (started after it) completing
     notes: dict = field(default_factory=dict)
     killed_at: float | None = None  # time.monotonic() of the kill
+    in_flight: int = 0  # requests already running at the kill
     in_flight_errors: int = 0  # clean errors of requests already running at the kill
     messages: Counter = field(default_factory=Counter)  # error message -> how many clients got it
 
@@ -76,6 +80,7 @@ class FaultReport:
         if outcome.kind == "lost":
             self.lost.append(outcome.detail)
         after_kill = self.killed_at is not None and started >= self.killed_at
+        self.in_flight += self.killed_at is not None and not after_kill
         if outcome.kind == "clean_error" and self.killed_at is not None and not after_kill:
             self.in_flight_errors += 1
         if outcome.kind == "completed" and after_kill and not self.recovered_s:
@@ -88,6 +93,7 @@ class FaultReport:
             "requests": c["completed"] + c["clean_error"] + c["lost"],
             "completed": c["completed"],
             "migrated": c["migrated"],
+            "requests_in_flight_at_the_kill": self.in_flight,
             "clean_errors": c["clean_error"],
             "clean_errors_of_requests_in_flight_at_the_kill": self.in_flight_errors,
             "lost": c["lost"],
@@ -160,11 +166,11 @@ async def reference_texts(base: str) -> dict[str, str]:
     return out
 
 
-async def load(base: str, refs: dict[str, str], until: float, report: FaultReport, idx: int) -> None:
-    """One client: streams back to back until `until` (monotonic)."""
+async def load(base: str, refs: dict[str, str], stop: asyncio.Event, report: FaultReport, idx: int) -> None:
+    """One client: streams back to back until `stop` is set."""
     n = idx
     async with httpx.AsyncClient(timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=2.0)) as client:
-        while time.monotonic() < until:
+        while not stop.is_set():
             prompt = PROMPTS[n % len(PROMPTS)]
             n += CLIENTS
             started = time.monotonic()
@@ -185,37 +191,54 @@ def process_pid(launcher: LauncherProcess, needle: str) -> int:
     raise LookupError(f"no process {needle!r} under the launcher")
 
 
-def kill_rank_actor(ray_address: str) -> str:
-    """Kill a decode rank's Ray actor as a crash would (Ray restarts it)."""
+def busy_decode_rank(base: str, wait_s: float = BUSY_RANK_WAIT_S) -> tuple[str, int]:
+    """(instance, rank) of a decode rank with streams running now (its worker's last report,
+    /admin/ranks), so that killing it has streams to migrate; the first decode rank if none is
+    busy within `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        ranks = [r for r in httpx.get(f"{base}/admin/ranks", timeout=10).json()["ranks"]
+                 if r["role"] == "decode"]
+        busy = sorted((r for r in ranks if r.get("running")), key=lambda r: -r["running"])
+        if busy or time.monotonic() > deadline:
+            pick = (busy or sorted(ranks, key=lambda r: (r["instance"], r["rank"])))[0]
+            return pick["instance"], pick["rank"]
+        time.sleep(0.2)
+
+
+def kill_rank_actor(ray_address: str, instance: str, rank: int) -> tuple[str, float]:
+    """Kill the Ray actor of decode rank `instance`/`rank` as a crash would (Ray restarts it);
+    its name and the time.monotonic() of the kill."""
     for key, value in RAY_ENV.items():  # loopback-only Ray, read when ray is imported
         os.environ.setdefault(key, value)
     import ray
 
     ray.init(address=ray_address, log_to_driver=False, include_dashboard=False)
     try:
-        return _kill_first_decode_rank(ray)
+        named = {a["name"]: a["namespace"] for a in ray.util.list_named_actors(all_namespaces=True)}
+        # one actor per rank (engine real), or one per instance holding its ranks (engine mock)
+        name = next((n for n in (f"{instance}/{rank}", f"{instance}/ranks") if n in named), None)
+        assert name is not None, f"no actor of {instance}/{rank} among {sorted(named)}"
+        ray.kill(ray.get_actor(name, namespace=named[name]), no_restart=False)
+        killed_at = time.monotonic()
+        time.sleep(0.5)  # let the kill reach the actor before this driver disconnects
+        return name, killed_at
     finally:
         ray.shutdown()  # leave no driver behind for the next test in this process
 
 
-def _kill_first_decode_rank(ray) -> str:
-    named = ray.util.list_named_actors(all_namespaces=True)
-    decode = sorted((a for a in named if a["name"].startswith("decode-")), key=lambda a: a["name"])
-    assert decode, f"no decode rank actor among {named}"
-    target = decode[0]
-    ray.kill(ray.get_actor(target["name"], namespace=target["namespace"]), no_restart=False)
-    time.sleep(0.5)  # let the kill reach the actor before this driver disconnects
-    return target["name"]
+NEEDLES = {"decode": "-m services.decode", "prefill": "-m services.prefill",
+           "router": "-m services.router", "redis": "redis-server", "ray_head": "gcs_server"}
 
 
-def inject(fault: str, launcher: LauncherProcess) -> str:
+def inject(fault: str, launcher: LauncherProcess) -> tuple[str, float]:
+    """Kill `fault`'s part: what was killed and the time.monotonic() of the kill."""
     if fault == "rank_actor":
-        return kill_rank_actor(launcher.urls["ray"])
-    needle = {"decode": "-m services.decode", "prefill": "-m services.prefill",
-              "router": "-m services.router", "redis": "redis-server"}[fault]
-    pid = process_pid(launcher, needle)
+        instance, rank = busy_decode_rank(launcher.base_url)
+        return kill_rank_actor(launcher.urls["ray"], instance, rank)
+    pid = process_pid(launcher, NEEDLES[fault])
     os.kill(pid, signal.SIGKILL)
-    return f"pid {pid}"
+    return f"pid {pid}", time.monotonic()
 
 
 async def wait_serving(base: str, refs: dict[str, str], deadline_s: float) -> float:
@@ -230,13 +253,14 @@ async def wait_serving(base: str, refs: dict[str, str], deadline_s: float) -> fl
     raise TimeoutError(f"the cluster did not serve again within {deadline_s} s")
 
 
-async def watch_ready(base: str, seconds: float) -> dict:
-    """After a Redis kill: how soon /ready turned false and true again."""
-    started, went_false, came_back = time.monotonic(), None, None
-    async with httpx.AsyncClient(timeout=2.0) as client:
-        while time.monotonic() - started < seconds and came_back is None:
+async def watch_ready(base: str, refs: dict[str, str], stop: asyncio.Event) -> dict:
+    """From the kill until `stop`: how soon /ready turned false and true again, and how the first
+    request sent the moment it was true again ended (it must complete: /ready said it would)."""
+    started, went_false, came_back, first = time.monotonic(), None, None, None
+    async with httpx.AsyncClient(timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=2.0)) as client:
+        while not stop.is_set() and came_back is None:
             try:
-                ok = (await client.get(f"{base}/ready")).status_code == 200
+                ok = (await client.get(f"{base}/ready", timeout=2.0)).status_code == 200
             except httpx.HTTPError:
                 ok = False
             now = time.monotonic() - started
@@ -244,24 +268,30 @@ async def watch_ready(base: str, seconds: float) -> dict:
                 went_false = now
             if ok and went_false is not None:
                 came_back = now
+                outcome = await stream_once(client, base, PROMPTS[0], refs[PROMPTS[0]])
+                first = outcome.kind if outcome.kind != "lost" else f"lost: {outcome.detail}"
             await asyncio.sleep(0.05)
     return {"ready_false_after_s": went_false and round(went_false, 2),
-            "ready_true_again_after_s": came_back and round(came_back, 2)}
+            "ready_true_again_after_s": came_back and round(came_back, 2),
+            "first_request_when_ready_again": first}
 
 
 async def run_fault(fault: str, launcher: LauncherProcess, refs: dict[str, str]) -> FaultReport:
+    """Load before the kill, then until the cluster serves again and LOAD_AFTER_S more."""
     base = launcher.base_url
-    report = FaultReport(fault)
-    until = time.monotonic() + LOAD_BEFORE_S + LOAD_AFTER_S
-    clients = [asyncio.create_task(load(base, refs, until, report, i)) for i in range(CLIENTS)]
+    report, stop = FaultReport(fault), asyncio.Event()
+    clients = [asyncio.create_task(load(base, refs, stop, report, i)) for i in range(CLIENTS)]
     await asyncio.sleep(LOAD_BEFORE_S)
-    report.notes["killed"] = await asyncio.wait_for(asyncio.to_thread(inject, fault, launcher), 60)
-    report.killed_at = time.monotonic()
-    watcher = asyncio.create_task(watch_ready(base, LOAD_AFTER_S + 10)) if fault == "redis" else None
-    await asyncio.gather(*clients)
-    if watcher is not None:
+    killed, report.killed_at = await asyncio.wait_for(asyncio.to_thread(inject, fault, launcher), 60)
+    report.notes["killed"] = killed
+    watcher = asyncio.create_task(watch_ready(base, refs, stop))
+    try:
+        await wait_serving(base, refs, RECOVER_S)
+        await asyncio.sleep(LOAD_AFTER_S)
+    finally:
+        stop.set()
+        await asyncio.gather(*clients)
         report.notes.update(await watcher)
-    await wait_serving(base, refs, RECOVER_S)
     report.recovered_s = report.recovered_s or time.monotonic() - report.killed_at
     if fault == "router":  # the new router's index, rebuilt from the KV-event stream
         report.notes["index_blocks_after_restart"] = await metric_value(
