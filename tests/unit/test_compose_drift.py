@@ -18,7 +18,8 @@ import yaml
 from rackserve.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = [ROOT / "services" / "launcher.py", ROOT / "services" / "engram" / "spawn.py"]
+SOURCES = [ROOT / "services" / "launcher.py", ROOT / "services" / "engram" / "spawn.py",
+           ROOT / "services" / "ray_head.py"]
 WORKERS = ("prefill", "decode")
 
 
@@ -64,7 +65,7 @@ def launched_flags() -> dict[str, set[str]]:
 
 
 def ray_head_flags() -> set[str]:
-    tree = ast.parse(SOURCES[0].read_text())
+    tree = ast.parse((ROOT / "services" / "ray_head.py").read_text())
     for lst in (n for n in ast.walk(tree) if isinstance(n, ast.List)):
         consts = [e.value for e in lst.elts if isinstance(e, ast.Constant)]
         if "start" in consts and "--head" in consts:
@@ -109,8 +110,10 @@ def test_every_launched_service_is_in_compose_with_the_same_flags(compose) -> No
 
 
 def test_ray_head_matches_the_launcher_but_for_container_networking(compose) -> None:
-    # In a container the node IP is the container's own, and Ray's fixed ports clash with nothing.
-    container_only = {"--node-ip-address", "--ray-client-server-port", "--dashboard-agent-listen-port"}
+    # In a container the node IP is the container's own, Ray's fixed ports clash with nothing, and
+    # /tmp/ray goes with the container (the launcher gives Ray a temp dir of its own to remove).
+    container_only = {"--node-ip-address", "--ray-client-server-port", "--dashboard-agent-listen-port",
+                      "--temp-dir"}
     head = _args(compose["ray-head"])
     assert set(head) | container_only >= ray_head_flags()
     assert compose["ray-head"]["command"][:3] == ["ray", "start", "--head"]
