@@ -206,7 +206,7 @@ class RoutingSection(Section):
     )
     # How long a KV event takes from its publisher to the router's index (stored blocks are invisible to
     # routing before): the live stack's Redis-stream lag, XADD -> the router's blocking XREAD, measured on
-    # loopback at p50 0.36 ms, p90 0.49 ms, p99 4.7 ms (bench/event_lag.py -> bench/results/event_lag.json);
+    # loopback at p50 0.36 ms, p90 0.49 ms, p99 4.7 ms (bench/routing/event_lag.py -> bench/results/routing/event_lag.json);
     # the default is the p90, rounded (read as simulated seconds, i.e. time_scale 1).
     event_lag_s: float = Field(5e-4, ge=0, description="KV event lag, simulated seconds")
 

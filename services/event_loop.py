@@ -1,7 +1,7 @@
 """The event loop and HTTP parser of every asyncio service process: uvloop and httptools when
 installed (they are dependencies; a plain asyncio loop and h11 otherwise). On the first-token
 path each process hop pays its loop's wake-up and its parser; `RACKSERVE_EVENT_LOOP=asyncio`
-selects the standard ones (bench/frontdoor_floor.py measures both)."""
+selects the standard ones (bench/frontdoor/floor.py measures both)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ of the instance (empty), as a killed rank actor restarts one.
 With `engine.mock_ranks: service` the group runs in the worker service's own process instead
 (`InProcessGroup`), on one thread of its own (calls in order, the event loop never blocked by a
 rank's Redis and pool calls): a step costs a thread hop (~0.1 ms) instead of a Ray round trip
-(~1.6 ms, bench/results/frontdoor.json), which is what Dynamo's mocker does inside its worker. Its
+(~1.6 ms, bench/results/frontdoor/overhead.json), which is what Dynamo's mocker does inside its worker. Its
 ranks then live and restart with the service.
 """
 

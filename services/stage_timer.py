@@ -8,7 +8,7 @@ decode_first_step; every instance loop its steps (prefill_step, decode_step: the
 each called rank's own time inside its actor (prefill_rank_step, decode_rank_step) and, of a call
 that carried admissions, their share (prefill_rank_admit, decode_rank_admit). The front door's
 /metrics merges the workers' series, so one scrape shows where a request's wall time went
-(bench/frontdoor.py turns it into a table). Wall seconds, not simulated ones: this is the twin's
+(bench/frontdoor/overhead.py turns it into a table). Wall seconds, not simulated ones: this is the twin's
 own overhead, which pacing hides when time_scale > 0.
 """
 

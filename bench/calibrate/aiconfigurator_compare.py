@@ -1,6 +1,6 @@
 """Side by side with AIConfigurator: the same decode and prefill points on gb200/gb300, both models.
 
-    .venv/bin/python bench/aiconfigurator_compare.py [--aic-python .venv-aic/bin/python] [--quick]
+    .venv/bin/python bench/calibrate/aiconfigurator_compare.py [--aic-python .venv-aic/bin/python] [--quick]
 
 AIConfigurator 0.12 (PyPI `aiconfigurator`, installed in its own venv because its dependencies
 differ) predicts from silicon-measured kernel tables of DeepSeek-V4-Flash (the released V4, not
@@ -10,7 +10,7 @@ tray has 4 GPUs and AIConfigurator has no cross-node EP data for this model), ba
 context = ISL; prefill = `static_ctx` with attention DP 2 + MoE EP 2 (our dep2), one prompt per
 rank. Ours uses the `baseline` preset (GB-era kernels, no Rubin switches). Ratio = ours / AIC.
 The gb* parameters of our specs are NOT tuned to these numbers.
-Writes bench/results/aiconfigurator_compare.json and prints the ratio table.
+Writes bench/results/calibrate/aiconfigurator_compare.json and prints the ratio table.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def main() -> None:
     ap.add_argument("--backends", default="vllm,sglang")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--aic-cache", default="", help="reuse/store AIConfigurator's raw answers here")
-    ap.add_argument("--out", default=str(ROOT / "bench/results/aiconfigurator_compare.json"))
+    ap.add_argument("--out", default=str(ROOT / "bench/results/calibrate/aiconfigurator_compare.json"))
     args = ap.parse_args()
     pts = points(args.systems.split(","), args.backends.split(","), args.quick)
     t0 = time.time()
@@ -184,7 +184,7 @@ def main() -> None:
             f"{key:28} median ours/AIC {s['median_ratio']:.2f} (range {s['min_ratio']:.2f}..{s['max_ratio']:.2f}, n={s['n']})"
         )
     report = {
-        "command": "python bench/aiconfigurator_compare.py",
+        "command": "python bench/calibrate/aiconfigurator_compare.py",
         "aiconfigurator": "0.12.0",
         "aic_model": AIC_MODEL,
         "ours_model": "deepseek-v4-flash",

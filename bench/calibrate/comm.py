@@ -1,7 +1,7 @@
 """Measure NCCL all-reduce and EP-shaped all-to-all on 1/2/4/8 GPUs of one host (issue 10).
 
 Self-contained (torch + numpy): on the device machine
-    python3 bench/calibrate/comm.py --out $OUT/calib_comm_raw.json [--ranks 2,4,8] [--sanity]
+    python3 bench/calibrate/comm.py --out $OUT/comm_raw.json [--ranks 2,4,8] [--sanity]
 --sanity runs the world-size-1 path only (what a single-GPU machine can check). NVLink multicast
 (NVLS) stays off: NCCL_NVLS_ENABLE=0 is forced for every process (the device README says why).
 All-reduce: BF16 messages 1 KB .. 64 MB, eager and inside a CUDA graph. All-to-all: dispatch

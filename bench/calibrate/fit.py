@@ -1,13 +1,13 @@
 """Fit the h200 efficiency parameters of the cost model to real H200 kernel times, and report the
 held-out error.
 
-    .venv/bin/python bench/calibrate/fit.py [--raw bench/results/calib_h200_raw.json] [--write-spec]
+    .venv/bin/python bench/calibrate/fit.py [--raw bench/results/calibrate/h200_raw.json] [--write-spec]
 
 Shapes are split deterministically: within each kernel family (sorted by shape) even positions train,
 odd positions are held out. The fit minimises the mean squared log error of the roofline kernel
 functions of rackserve/timing/roofline.py (the same ones the step cost uses) on the training half;
 the table reports predicted vs measured on the held-out half. --write-spec writes the fitted values
-into rackserve/timing/specs/hardware/h200.yaml; bench/results/calib_h200.json gets the error table.
+into rackserve/timing/specs/hardware/h200.yaml; bench/results/calibrate/h200.json gets the error table.
 
 Attention: torch has no fused decode kernel for a 512-dim head (SDPA falls back to its math path),
 so the measured attention is the unfused path (QK bmm, softmax in FP32, PV bmm). It is predicted,
@@ -238,7 +238,7 @@ def write_spec(values: dict[str, float], raw: str) -> None:
     text = SPEC.read_text()
     for name, value in values.items():
         leaf = PARAMS[name][0].split(".")[-1]
-        note = f"CALIBRATED: bench/calibrate/fit.py on {raw} (see bench/results/calib_h200.json)"
+        note = f"CALIBRATED: bench/calibrate/fit.py on {raw} (see bench/results/calibrate/h200.json)"
         if name.startswith("gemm_compute_"):
             continue
         text, n = re.subn(
@@ -259,8 +259,8 @@ def write_spec(values: dict[str, float], raw: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--raw", nargs="+", default=["bench/results/calib_h200_raw.json", "bench/results/calib_h200_raw2.json"])
-    ap.add_argument("--out", default="bench/results/calib_h200.json")
+    ap.add_argument("--raw", nargs="+", default=["bench/results/calibrate/h200_raw.json", "bench/results/calibrate/h200_raw2.json"])
+    ap.add_argument("--out", default="bench/results/calibrate/h200.json")
     ap.add_argument("--write-spec", action="store_true")
     args = ap.parse_args()
     raws = [json.loads((ROOT / path).read_text()) for path in args.raw]
@@ -278,8 +278,8 @@ def main() -> None:
     after += [row for row in table(hw_attn, test) if row["family"] == "attention_triton"]
     fams = sorted({r["family"] for r in after})
     report = {
-        "command": "python3 bench/calibrate/h200_kernels.py --out $OUT/calib_h200_raw.json; python3 "
-        "bench/calibrate/h200_kernels.py --extra --out $OUT/calib_h200_raw2.json (device: nvidia-h200); "
+        "command": "python3 bench/calibrate/h200_kernels.py --out $OUT/h200_raw.json; python3 "
+        "bench/calibrate/h200_kernels.py --extra --out $OUT/h200_raw2.json (device: nvidia-h200); "
         ".venv/bin/python bench/calibrate/fit.py --write-spec",
         "device": raw["device"],
         "torch": raw["torch"],

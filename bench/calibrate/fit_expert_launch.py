@@ -3,8 +3,8 @@ kernel chains; report held-out errors per kind.
 
     .venv/bin/python bench/calibrate/fit_expert_launch.py [--write-spec]
 
-Input: bench/results/calib_expert_raw.json and calib_launch_raw.json (written on the H200 by
-bench/calibrate/h200_expert_launch.py). Output: bench/results/calib_expert_launch.json.
+Input: bench/results/calibrate/expert_raw.json and launch_raw.json (written on the H200 by
+bench/calibrate/h200_expert_launch.py). Output: bench/results/calibrate/expert_launch.json.
 
 Expert GEMMs: for every (GEMM, experts, tokens per expert) the fastest of torch.bmm,
 torch._grouped_mm and our Triton grouped GEMM is what a tuned deployment runs, so grouped_compute
@@ -30,12 +30,12 @@ from rackserve.timing.spec import HardwareSpec, load_hardware
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "rackserve/timing/specs/hardware/h200.yaml"
-EXPERT_RAW = "bench/results/calib_expert_raw.json"
-LAUNCH_RAW = "bench/results/calib_launch_raw.json"
-OUT = "bench/results/calib_expert_launch.json"
+EXPERT_RAW = "bench/results/calibrate/expert_raw.json"
+LAUNCH_RAW = "bench/results/calibrate/launch_raw.json"
+OUT = "bench/results/calibrate/expert_launch.json"
 IMPLS = ("torch.bmm", "torch._grouped_mm", "triton")
 # grouped_compute, grouped_memory as bench/calibrate/fit.py had fitted them to torch._grouped_mm
-# (bench/results/calib_h200.json before this calibration): how far that fit is from the fastest kernel
+# (bench/results/calibrate/h200.json before this calibration): how far that fit is from the fastest kernel
 GROUPED_MM_FIT = (0.6173, 0.596)
 FULL_WAVE = 132  # the chain kernel with one CTA per SM: the gap the spec keeps
 

@@ -4,7 +4,7 @@ programmatic dependent launch (PDL).
 
 Self-contained (torch + numpy; Triton where installed):
     python3 bench/calibrate/h200_expert_launch.py --out $OUT
-writes $OUT/calib_expert_raw.json and $OUT/calib_launch_raw.json.
+writes $OUT/expert_raw.json and $OUT/launch_raw.json.
 
 Expert MLP: E experts x T tokens per expert, gate+up 5120 -> 4608 and down 2304 -> 5120, BF16.
 Implementations: torch.bmm over [E, T, K] x [E, K, N], torch._grouped_mm over [E*T, K] with
@@ -400,9 +400,9 @@ def main() -> None:
     torch.manual_seed(0)
     t0 = time.time()
     if not args.no_launch:
-        run(plan_launch(), os.path.join(args.out, "calib_launch_raw.json"), args.budget_s, t0)
+        run(plan_launch(), os.path.join(args.out, "launch_raw.json"), args.budget_s, t0)
     experts = [int(x) for x in args.experts.split(",") if x.strip()]
-    path = os.path.join(args.out, "calib_expert_raw.json")
+    path = os.path.join(args.out, "expert_raw.json")
     run(plan_expert(args.quick, experts), path, args.budget_s, t0)
 
 

@@ -1,7 +1,7 @@
 """Measure, on one real GPU, the kernels DeepSeek-V4.1-Flash uses at the shapes it uses.
 
 Self-contained (torch + numpy only): runs on the device machine as
-    python3 bench/calibrate/h200_kernels.py --out $OUT/calib_h200_raw.json
+    python3 bench/calibrate/h200_kernels.py --out $OUT/h200_raw.json
 Every measurement: CUDA-graph replay of a loop of calls that cycles through enough copies of the
 operands to defeat the 60 MB L2 (as a real step streams a different layer's weights each call),
 timed with CUDA events, warm-up first, median of repeats. Writes one JSON with the raw times.

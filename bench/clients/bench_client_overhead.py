@@ -6,8 +6,8 @@ CPU time per request. Part 2 (`--url`, a cluster started unpaced: time_scale 0):
 against the real cluster: the cluster's request rate and the client's CPU share while it ran.
 The client is not the bottleneck when its ceiling is well above the cluster's rate.
 
-    .venv/bin/python bench/bench_client.py [--url http://127.0.0.1:8000]
-writes bench/results/bench_client.json and prints a table.
+    .venv/bin/python bench/clients/bench_client_overhead.py [--url http://127.0.0.1:8000]
+writes bench/results/clients/bench_client_overhead.json and prints a table.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Build guidellm's venv once (torch first, from the machine's local wheel, then guidellm), then
-run bench/clients.py, whose table and bench/results/clients.json include guidellm's row.
+run bench/clients/outside_clients.py, whose table and bench/results/clients/outside_clients.json include guidellm's row.
 
-    .venv/bin/python bench/guidellm.py [bench/clients.py options]
+    .venv/bin/python bench/clients/guidellm.py [bench/clients/outside_clients.py options]
 guidellm pulls torch (~1.5 GB installed), so it lives in .venv-guidellm (git-ignored), never in
 the project's .venv and never in the test suite.
 """

@@ -4,12 +4,12 @@ ones, at a time_scale this machine can hold (`--time-scale auto`, services/time_
 For each client run the script reads the server's simulated TTFT and TPOT means (sum / count of the
 front door's rackserve_time_to_first_token_seconds / _time_per_output_token_seconds over the run)
 and the pacing lag the ranks accrued, and puts client_ms beside sim_ms x time_scale: when the
-clock holds (lag ~0) the two agree up to the front door's own overhead (bench/frontdoor.py).
+clock holds (lag ~0) the two agree up to the front door's own overhead (bench/frontdoor/overhead.py).
 
-    .venv/bin/python bench/clients.py [--time-scale auto] [--requests 16] [--concurrency 4]
+    .venv/bin/python bench/clients/outside_clients.py [--time-scale auto] [--requests 16] [--concurrency 4]
 AIPerf runs from .venv-aiperf (built by .ci/run), guidellm from .venv-guidellm when present
-(bench/guidellm.py builds it), `vllm bench serve` from .venv-vllm when present (bench/vllm_bench.py
-builds it). Writes bench/results/clients.json and prints a table; each row also carries the
+(bench/clients/guidellm.py builds it), `vllm bench serve` from .venv-vllm when present (bench/clients/vllm_bench.py
+builds it). Writes bench/results/clients/outside_clients.json and prints a table; each row also carries the
 server's prompt and output token counts over the client's run beside the client's own.
 """
 
@@ -201,7 +201,7 @@ def main() -> None:
     args = parser.parse_args()
     started = time.time()
     result = run(args)
-    result |= {"command": "python bench/clients.py " + " ".join(sys.argv[1:]),
+    result |= {"command": "python bench/clients/outside_clients.py " + " ".join(sys.argv[1:]),
                "machine": {"cpus": os.cpu_count(), "load_1m": os.getloadavg()[0],
                            "python": platform.python_version()},
                "wall_s": round(time.time() - started, 1)}

@@ -1,7 +1,7 @@
-"""Build the venv for `vllm bench serve` once, then run bench/clients.py, whose table and
-bench/results/clients.json include its rows (completions and chat, random and custom datasets).
+"""Build the venv for `vllm bench serve` once, then run bench/clients/outside_clients.py, whose table and
+bench/results/clients/outside_clients.json include its rows (completions and chat, random and custom datasets).
 
-    .venv/bin/python bench/vllm_bench.py [bench/clients.py options]
+    .venv/bin/python bench/clients/vllm_bench.py [bench/clients/outside_clients.py options]
 
 vLLM 0.33 depends on CUDA wheels (flashinfer, cutlass, torch 2.14 with CUDA) that this machine
 cannot use and `vllm bench serve` does not import: the benchmark client needs vLLM itself

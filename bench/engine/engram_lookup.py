@@ -4,8 +4,8 @@ Cases: 4,096 random row ids (the issue's figure) and the rows of 4,096 tokens (x
 both tables; each lookup fans out to every shard in parallel and is checked bitwise against
 `LocalEngramTable` once.
 
-    .venv/bin/python bench/engram.py [--shards 4] [--iters 200]
-writes bench/results/engram.json and prints a table.
+    .venv/bin/python bench/engine/engram_lookup.py [--shards 4] [--iters 200]
+writes bench/results/engine/engram_lookup.json and prints a table.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def main() -> None:
             rows.append({"case": name, "rows": int(ids.size), "shards": args.shards,
                          "sharded": latency(lambda ids=ids: table.lookup(0, ids), args.iters),
                          "in_process": latency(lambda ids=ids: local.lookup(0, ids), args.iters)})
-    result = {"command": f"python bench/engram.py --shards {args.shards} --iters {args.iters}",
+    result = {"command": f"python bench/engine/engram_lookup.py --shards {args.shards} --iters {args.iters}",
               "machine": f"{platform.node()} {platform.processor() or platform.machine()}",
               "table_rows": cfg.engram_rows, "dim": cfg.engram_dim, "cases": rows,
               "load_avg_1m_start_end": [load_start, os.getloadavg()[0]]}

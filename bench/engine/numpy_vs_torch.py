@@ -5,10 +5,10 @@ padded batch over gathered blocks). Measures prefill tokens/s (one sequence of 5
 and decode tokens/s (batch 1, 8, 64 at context 512), medians of several repetitions, both with the
 same number of BLAS/intra-op threads. numpy and torch reps alternate, and both wall-clock and
 process CPU time are kept: on a shared machine CPU time is the robust measure of compute cost.
-Writes bench/results/model.json and prints a table.
+Writes bench/results/engine/numpy_vs_torch.json and prints a table.
 
     .venv/bin/pip install /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
-    .venv/bin/python bench/model.py [--threads 1] [--reps 7]
+    .venv/bin/python bench/engine/numpy_vs_torch.py [--threads 1] [--reps 7]
 """
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ def main() -> None:
             case = decode_case(cfg, model, tmodel, batch, 512, args.reps * 3)
             rows.append(_row(f"decode batch {batch} @ctx 512", batch, *case[1:]))
     report = {
-        "command": f".venv/bin/python bench/model.py --threads {args.threads} --reps {args.reps}",
+        "command": f".venv/bin/python bench/engine/numpy_vs_torch.py --threads {args.threads} --reps {args.reps}",
         "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, nproc shared",
         "threads": args.threads,
         "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},

@@ -3,8 +3,8 @@ deployment (scenarios/local.yaml), once as configured and once with a KV-starved
 failed streams and the workers' `vllm:num_preemptions_total`, and checking that the starved run's
 greedy outputs equal the roomy run's.
 
-    flock /tmp/rackserve-ray.lock .venv/bin/python bench/preemption.py [--starved-blocks 128]
-writes bench/results/preemption.json and prints a table. Unpaced (time_scale 0): wall time only.
+    flock /tmp/rackserve-ray.lock .venv/bin/python bench/faults/kv_pressure.py [--starved-blocks 128]
+writes bench/results/faults/kv_pressure.json and prints a table. Unpaced (time_scale 0): wall time only.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import httpx
-import load  # bench/load.py: `rackserve up` as a subprocess, its URLs
+import load  # bench/faults/overload.py: `rackserve up` as a subprocess, its URLs
 
 from services.launcher import DEFAULT_CONFIG
 from services.redis_server import free_port
@@ -107,7 +107,7 @@ def main() -> None:
                 {**unpaced, "RACKSERVE_ENGINE__CACHE_BLOCKS_PER_RANK": str(args.starved_blocks)}, args)]
     texts = [r["texts"] for r in runs]
     same = texts[0] == texts[1] and None not in texts[0].values()
-    report = {"command": "python bench/preemption.py " + " ".join(sys.argv[1:]), "args": vars(args),
+    report = {"command": "python bench/faults/kv_pressure.py " + " ".join(sys.argv[1:]), "args": vars(args),
               "greedy_outputs_identical": same,
               "runs": [{k: v for k, v in r.items() if k != "texts"} for r in runs]}
     RESULT.parent.mkdir(exist_ok=True)

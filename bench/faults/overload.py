@@ -7,8 +7,8 @@ clients the front door must answer 429 (with Retry-After) instead of queueing wi
 Per level: completed streams (all tokens, [DONE]), rejected (429), shed (503: queue deadline),
 failed (anything else: must be 0), and the RSS of every cluster process before and after.
 
-    .venv/bin/python bench/load.py [--levels 2 8 16 32] [--duration 10]
-writes bench/results/load.json and prints a table.
+    .venv/bin/python bench/faults/overload.py [--levels 2 8 16 32] [--duration 10]
+writes bench/results/faults/overload.json and prints a table.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def main() -> None:
         proc.send_signal(signal.SIGTERM)
         proc.wait(120)
     report = {
-        "command": "python bench/load.py " + " ".join(sys.argv[1:]),
+        "command": "python bench/faults/overload.py " + " ".join(sys.argv[1:]),
         "host": {
             "machine": platform.machine(),
             "cpus": os.cpu_count(),

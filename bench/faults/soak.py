@@ -1,11 +1,11 @@
 """Soak: a steady load of streaming clients on the live front door for >= 10 minutes, sampling
 every cluster process's RSS each minute (a leak shows as growth across samples).
 
-Same small cluster and admission limits as bench/load.py, at a concurrency past the slot count
+Same small cluster and admission limits as bench/faults/overload.py, at a concurrency past the slot count
 (so the queue is in use) but below the 429 point, unless --clients says otherwise.
 
-    .venv/bin/python bench/soak.py [--minutes 10] [--clients 8]
-writes bench/results/load_soak.json and prints one line per minute.
+    .venv/bin/python bench/faults/soak.py [--minutes 10] [--clients 8]
+writes bench/results/faults/soak.json and prints one line per minute.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def main() -> None:
         k: sum(m[k] for m in minutes) for k in ("completed", "rejected_429", "shed_503", "failed")
     }
     report = {
-        "command": "python bench/soak.py " + " ".join(sys.argv[1:]),
+        "command": "python bench/faults/soak.py " + " ".join(sys.argv[1:]),
         "host": {"cpus": os.cpu_count(), "load_avg_at_end": os.getloadavg()},
         "limits": LIMITS,
         "clients": args.clients,

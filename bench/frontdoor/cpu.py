@@ -1,4 +1,4 @@
-"""CPU seconds of a process tree by role, read from /proc (Linux): what bench/frontdoor.py's
+"""CPU seconds of a process tree by role, read from /proc (Linux): what bench/frontdoor/overhead.py's
 cluster spends per request beside its wall time. Every descendant of the launcher counts, by the
 first role its command line names; processes that ended between two snapshots are not counted."""
 

@@ -1,14 +1,14 @@
-"""What one Python hop costs on this machine, measured beside bench/frontdoor.py in the same run:
+"""What one Python hop costs on this machine, measured beside bench/frontdoor/overhead.py in the same run:
 the floor under any front door made of Python processes.
 
 - http_sse: a bare ASGI app under uvicorn (the router's server, with each loop and HTTP
-  parser) that answers a POST with one SSE event at once; the client is bench/frontdoor.py's
+  parser) that answers a POST with one SSE event at once; the client is bench/frontdoor/overhead.py's
   own (`stream_one`), so this is one HTTP hop's TTFT with no work behind it.
 - grpc_unary: a bare grpc.aio server echoing bytes; one unary call as the router makes them.
 
 Each server runs in its own process on 127.0.0.1 and is stopped by its PID.
 
-    .venv/bin/python bench/frontdoor_floor.py serve-http PORT | serve-grpc PORT   (the servers)
+    .venv/bin/python bench/frontdoor/floor.py serve-http PORT | serve-grpc PORT   (the servers)
 """
 
 from __future__ import annotations

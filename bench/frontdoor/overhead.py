@@ -8,14 +8,14 @@ Pacing off (time_scale 0), so every number is real wall time on this machine:
   TTFT = request sent -> first SSE chunk, ITL = mean gap between chunks; requests/s = a closed
   loop of short completions at a fixed concurrency.
 
-    .venv/bin/python bench/frontdoor.py [--requests 24] [--concurrency 16]
-writes bench/results/frontdoor.json and prints a table. With `--dynamo` the same run also puts
-NVIDIA Dynamo's frontend + mocker workers under the same load (bench/frontdoor_dynamo.py) and
+    .venv/bin/python bench/frontdoor/overhead.py [--requests 24] [--concurrency 16]
+writes bench/results/frontdoor/overhead.json and prints a table. With `--dynamo` the same run also puts
+NVIDIA Dynamo's frontend + mocker workers under the same load (bench/frontdoor/dynamo.py) and
 records the ratio of our overhead to Dynamo's latency in the JSON ("dynamo", "dynamo_ratio").
 Every run also records where the cluster's TTFT went, hop by hop ("stages_wall_ms": the front
-door's rackserve_frontdoor_stage_wall_seconds, bench/frontdoor_stages.py), and what one bare
+door's rackserve_frontdoor_stage_wall_seconds, bench/frontdoor/stages.py), and what one bare
 Python HTTP hop and one bare gRPC call cost on this machine meanwhile ("floor",
-bench/frontdoor_floor.py).
+bench/frontdoor/floor.py).
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def main() -> None:
         **in_process_rate(args.rate_requests),
     }
     result = {
-        "command": "bench/frontdoor.py " + " ".join(sys.argv[1:]),
+        "command": "bench/frontdoor/overhead.py " + " ".join(sys.argv[1:]),
         "machine": {
             "cpus": os.cpu_count(),
             "load_avg_1m": os.getloadavg()[0],
@@ -232,7 +232,7 @@ def main() -> None:
             "itl_p50": cluster["itl_ms"]["p50"] - local["itl_ms"]["p50"],
         },
         "floor": frontdoor_floor.run_floor(args.requests),
-        "dynamo": None,  # filled by --dynamo (bench/frontdoor_dynamo.py)
+        "dynamo": None,  # filled by --dynamo (bench/frontdoor/dynamo.py)
     }
     if args.dynamo:
         import frontdoor_dynamo  # the peer side; needs .venv-peers (../shared/ENVIRONMENT.md)

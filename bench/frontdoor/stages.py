@@ -1,4 +1,4 @@
-"""Where bench/frontdoor.py's TTFT overhead goes: the per-stage wall-time histogram
+"""Where bench/frontdoor/overhead.py's TTFT overhead goes: the per-stage wall-time histogram
 (`rackserve_frontdoor_stage_wall_seconds{stage}`, services/stage_timer.py) scraped from the front
 door's merged /metrics before and after the latency phase, as count, mean and p50 per stage (p50
 interpolated inside the histogram's bucket, as PromQL's histogram_quantile does).

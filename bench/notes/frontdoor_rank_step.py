@@ -1,4 +1,4 @@
-"""Where the prefill rank's step goes: bench/frontdoor.py's in-process reference (an engine stepping
+"""Where the prefill rank's step goes: bench/frontdoor/overhead.py's in-process reference (an engine stepping
 prompts back to back) against the same prompts through a `RankWorker`, the plain class each rank
 actor wraps, built in this process against a live cluster's Redis, KV pool and Engram shards, and
 against the actor itself (the cluster's `prefill_rank_step` stage over streamed requests).
@@ -112,7 +112,7 @@ def worker_variant(name: str, instance: str, addresses: dict[str, str], sharded:
 
 
 def measure(variants: list[Variant], steps: int, rounds: int) -> None:
-    fresh = itertools.count(50_000)  # bench/frontdoor.py's prompts are 0-40,000: never a pool hit
+    fresh = itertools.count(50_000)  # bench/frontdoor/overhead.py's prompts are 0-40,000: never a pool hit
     for r in range(rounds + 1):  # round 0 warms every variant up and is not kept
         for v in variants if r % 2 == 0 else reversed(variants):
             for _ in range(steps):

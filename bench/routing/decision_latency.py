@@ -1,9 +1,9 @@
 """Routing decision latency with 24 prefill ranks and ~1,000,000 indexed blocks, side by side with
 NVIDIA Dynamo's `dynamo.llm.RadixTree` fed the same KV-event stream and asked the same prefixes.
 
-Run:   .venv/bin/python bench/routing.py            (writes bench/results/routing.json)
+Run:   .venv/bin/python bench/routing/decision_latency.py            (writes bench/results/routing/decision_latency.json)
 Needs: .venv-peers with ai-dynamo (see ../shared/ENVIRONMENT.md); the Dynamo half runs there as a
-       subprocess (`bench/routing.py --dynamo-worker DIR`), on the same events and queries.
+       subprocess (`bench/routing/decision_latency.py --dynamo-worker DIR`), on the same events and queries.
 
 Workload (seeded): 12 DEP2 prefill instances (24 ranks), 64-token blocks, 8 shared system prompts
 of 64 blocks, agentic sessions of 30-600 conversation blocks stored turn by turn on a home rank
@@ -338,7 +338,7 @@ def main() -> None:
         agree = agreement(ours.scores(), dynamo.ask("scores"), workers)
         dynamo.close()
     result = {
-        "command": "python bench/routing.py " + " ".join(sys.argv[1:]),
+        "command": "python bench/routing/decision_latency.py " + " ".join(sys.argv[1:]),
         "machine": {
             "cpus": os.cpu_count(),
             "loadavg_at_end": [round(x, 1) for x in os.getloadavg()],

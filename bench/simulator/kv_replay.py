@@ -4,9 +4,9 @@ between this tree and an older one, and compare CPU seconds. The replay is deter
 same calls make the same KV state digest on both trees (checked); `--shrink K` divides every rank
 cache and pool tier by K, so the replay evicts as the 10,000-lane run does.
 
-Run: .venv/bin/python bench/sim_kv_replay.py record [--lanes 1000] [--minutes 2] [--out /tmp/kvcalls.pkl]
-     .venv/bin/python bench/sim_kv_replay.py compare --baseline DIR [--calls /tmp/kvcalls.pkl] [--rounds 3] [--shrink 1,20]
-     -> bench/results/sim_kv_replay.json and a printed table (median CPU s per side and their ratio).
+Run: .venv/bin/python bench/simulator/kv_replay.py record [--lanes 1000] [--minutes 2] [--out /tmp/kvcalls.pkl]
+     .venv/bin/python bench/simulator/kv_replay.py compare --baseline DIR [--calls /tmp/kvcalls.pkl] [--rounds 3] [--shrink 1,20]
+     -> bench/results/simulator/kv_replay.json and a printed table (median CPU s per side and their ratio).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def compare(args) -> None:
                      "new_runs": [r["cpu_s"] for r in runs["new"]], "evictions": runs["new"][0]["evictions"],
                      "same_state": digests["old"] == digests["new"] and len(digests["new"]) == 1})
         print(json.dumps(rows[-1]))
-    out = {"command": " ".join(["bench/sim_kv_replay.py", *sys.argv[1:]]), "baseline": args.baseline,
+    out = {"command": " ".join(["bench/simulator/kv_replay.py", *sys.argv[1:]]), "baseline": args.baseline,
            "load_avg_1m": os.getloadavg()[0], "rows": rows}
     args.out.write_text(json.dumps(out, indent=2) + "\n")
 

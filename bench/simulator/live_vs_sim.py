@@ -1,8 +1,8 @@
 """Live cluster vs simulator on the same arrivals (the comparison itself is
 services/bench/live_vs_sim.py; this is its command line).
 
-    .venv/bin/python bench/live_vs_sim.py --config scenarios/nvl72-vr200.yaml --engine mock \\
-        --time-scale auto --sessions 96 --rate 400 --out bench/results/live_vs_sim_rack.json
+    .venv/bin/python bench/simulator/live_vs_sim.py --config scenarios/nvl72-vr200.yaml --engine mock \\
+        --time-scale auto --sessions 96 --rate 400 --out bench/results/simulator/live_vs_sim_rack.json
 starts `rackserve up` itself (or `--url` an already running cluster started with the same config).
 """
 
@@ -64,7 +64,7 @@ def main() -> None:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(120)
-    result = {"command": "bench/live_vs_sim.py " + " ".join(sys.argv[1:]), "config": args.config,
+    result = {"command": "bench/simulator/live_vs_sim.py " + " ".join(sys.argv[1:]), "config": args.config,
               "engine": args.engine, "shape": shape.__dict__, "up_s": up_s,
               "load_avg_1m": os.getloadavg()[0], **result}
     print(table(result))

@@ -4,7 +4,7 @@ operation (OrderedDict.move_to_end, the pool tiers' and rank caches' touch; dict
 1,024-token groups). Past the CPU caches each key costs a few memory round trips, whatever the code
 around it: this is the floor of a per-key data model (bench/results/sim_point.md's KV parts).
 
-Run: .venv/bin/python bench/dict_latency.py -> bench/results/dict_latency.json and a table.
+Run: .venv/bin/python bench/simulator/lru_key_cost.py -> bench/results/simulator/lru_key_cost.json and a table.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def measure(size: int, seed: int = 0) -> dict:
 
 def main() -> None:
     rows = [measure(size) for size in (10_000, 100_000, 1_000_000, 4_000_000)]
-    out = {"command": "python bench/dict_latency.py", "chain_keys": CHAIN, "chains": CHAINS,
+    out = {"command": "python bench/simulator/lru_key_cost.py", "chain_keys": CHAIN, "chains": CHAINS,
            "load_average_1m": os.getloadavg()[0], "rows": rows}
     path = ROOT / "bench" / "results" / "dict_latency.json"
     path.write_text(json.dumps(out, indent=2) + "\n")

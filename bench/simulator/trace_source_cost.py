@@ -4,8 +4,8 @@ a simulator: lanes over data/agentx, each request "served" in 2 s + 20 ms per ou
 1,000 blocks (64-token blocks: Request.block_hashes and block_hash_array both built). The peer is
 the source's first version (every request's ids mixed and converted in full), same run.
 
-Run: .venv/bin/python bench/trace_source.py [--lanes 2000] [--duration 600] [--repeats 3]
-  -> bench/results/trace_source.json + a printed table (medians over repeats).
+Run: .venv/bin/python bench/simulator/trace_source_cost.py [--lanes 2000] [--duration 600] [--repeats 3]
+  -> bench/results/simulator/trace_source_cost.json + a printed table (medians over repeats).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def main() -> None:
         first = measure(convs, args.lanes, args.duration, args.repeats)
     finally:
         trace_replay.next_block_ids = incremental
-    result = {"command": f"bench/trace_source.py --lanes {args.lanes} --duration {args.duration:g} "
+    result = {"command": f"bench/simulator/trace_source_cost.py --lanes {args.lanes} --duration {args.duration:g} "
                          f"--repeats {args.repeats}",
               "load_avg_1m": os.getloadavg()[0], "trace_read_s": load_s, "lanes": args.lanes,
               "duration_s": args.duration, "ours": ours, "first_version": first,

@@ -16,7 +16,7 @@ from rackserve.timing.spec import DTYPE_BYTES, HardwareSpec
 CTA_TILE = 128  # output tile edge of a Hopper/Blackwell GEMM CTA (CUTLASS/DeepGEMM default)
 # No kernel streams faster than this share of datasheet HBM bandwidth: the best measured on the H200
 # was 0.946 (our Triton grouped GEMM streaming 192 experts' weights, 9.1 GB in 2.0 ms;
-# bench/results/calib_expert_launch.json), and bench/calibrate/fit.py caps memory efficiencies here.
+# bench/results/calibrate/expert_launch.json), and bench/calibrate/fit.py caps memory efficiencies here.
 MAX_MEMORY_EFFICIENCY = 0.95
 
 

@@ -7,8 +7,8 @@ Live latencies are the client's wall clock divided by the cluster's time_scale (
 measurement: pacing, HTTP, gRPC and Ray all count), as `rackserve bench` reports them; hit rate
 from the replies' cached_tokens; rank idle from the workers' rackserve_rank_idle/busy counters.
 
-    .venv/bin/python bench/live_vs_sim.py --config scenarios/nvl72-vr200.yaml --engine mock \\
-        --time-scale auto --sessions 96 --rate 400 --out bench/results/live_vs_sim_rack.json
+    .venv/bin/python bench/simulator/live_vs_sim.py --config scenarios/nvl72-vr200.yaml --engine mock \\
+        --time-scale auto --sessions 96 --rate 400 --out bench/results/simulator/live_vs_sim_rack.json
 starts `rackserve up` itself (or `--url` an already running cluster started with the same config).
 """
 
@@ -113,7 +113,7 @@ def sim_scenario(cfg: Config, time_scale: float) -> Scenario:
     """The live deployment as a simulator scenario at the live engine's block size, chunk, batch
     limits and cache sizes (the live ranks cache small-model blocks, so the sim counts those).
     The KV event lag is the live stack's: `routing.event_lag_s` is a wall-clock lag measured on
-    this machine (bench/results/event_lag.json), so in simulated seconds it is that / time_scale."""
+    this machine (bench/results/routing/event_lag.json), so in simulated seconds it is that / time_scale."""
     e = cfg.engine
     rank_tokens = e.cache_blocks_per_rank * e.block_size
     data = cfg.model_dump(exclude={"name", "description", "sim", "engine", "cluster", "workload"})

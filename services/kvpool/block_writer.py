@@ -3,7 +3,7 @@ buffers beside the blocks' own bytes, sent on a pooled redis-py connection, one 
 
 Why not `redis.pipeline()` of SETs: it packs every command into a new buffer (hiredis
 `pack_command` copies the 56 KiB value) and parses a reply per block through the command machinery;
-for a batch of 128 x 56 KiB blocks that is ~3x the client CPU of this path (bench/kvpool.py:
+for a batch of 128 x 56 KiB blocks that is ~3x the client CPU of this path (bench/pool/transfer_vs_redis.py:
 raw_set vs raw_set_packed).
 """
 

@@ -3,7 +3,7 @@
 scenarios/local.yaml served with `--engine mock` (the ranks keep the scheduler, hashing, rank
 caches, pool and pacing and emit seeded pseudo-tokens), a seeded multi-turn workload sent open
 loop at its Poisson arrivals, then `rackserve sim` on the arrivals the live run recorded
-(services/bench/live_vs_sim.py, the same code as the rack-scale benchmark bench/live_vs_sim.py).
+(services/bench/live_vs_sim.py, the same code as the rack-scale benchmark bench/simulator/live_vs_sim.py).
 Unlike test_sim_agreement (one request at a time, the real model), requests here overlap: prefill
 batches, decode batches and queues form on both sides, so TPOT and queueing are compared too.
 

@@ -1,17 +1,17 @@
-"""NVIDIA Dynamo's side of bench/frontdoor.py: its frontend + mocker workers under the same load.
+"""NVIDIA Dynamo's side of bench/frontdoor/overhead.py: its frontend + mocker workers under the same load.
 
 Starts, on 127.0.0.1 only, Dynamo 1.6.1's OpenAI frontend (`python -m dynamo.frontend`) and N
 mocker workers (`python -m dynamo.mocker`, no model math, step timing sped up by
 `--speedup-ratio`), wired with `--discovery-backend file --request-plane tcp --event-plane zmq`,
 from the peer venv `.venv-peers` (see ../shared/ENVIRONMENT.md). The mockers read a local
 byte-level tokenizer directory (`.venv-peers/tok`, made by `make_tokenizer`, nothing downloaded),
-so a PROMPT_CHARS-byte prompt is PROMPT_CHARS tokens on both sides. The load is bench/frontdoor.py's
+so a PROMPT_CHARS-byte prompt is PROMPT_CHARS tokens on both sides. The load is bench/frontdoor/overhead.py's
 own client code (`cluster_latency`, `cluster_rate`): same prompts, max_tokens, concurrency, count.
 Every process started here is stopped by its PID (process group) at the end.
 
-    .venv/bin/python bench/frontdoor_dynamo.py [--requests 24] [--rate-requests 64] [--concurrency 16]
+    .venv/bin/python bench/frontdoor/dynamo.py [--requests 24] [--rate-requests 64] [--concurrency 16]
 merges a "dynamo" entry (and the ratios against our figures already in the JSON) into
-bench/results/frontdoor.json; `bench/frontdoor.py --dynamo` runs both sides in one run.
+bench/results/frontdoor/overhead.json; `bench/frontdoor/overhead.py --dynamo` runs both sides in one run.
 """
 
 from __future__ import annotations
@@ -309,7 +309,7 @@ def main() -> None:
     args = parser.parse_args()
     result = json.loads(frontdoor_client.RESULT.read_text())
     result["dynamo"] = run_dynamo(args.requests, args.rate_requests, args.concurrency, args.workers)
-    result["dynamo"]["command"] = "bench/frontdoor_dynamo.py " + " ".join(sys.argv[1:])
+    result["dynamo"]["command"] = "bench/frontdoor/dynamo.py " + " ".join(sys.argv[1:])
     result["dynamo"]["load_avg_1m"] = os.getloadavg()[0]
     result["dynamo_ratio"] = comparison(result)
     frontdoor_client.RESULT.write_text(json.dumps(result, indent=2) + "\n")

@@ -1,4 +1,4 @@
-"""The client side shared by the front-door benchmarks (bench/frontdoor.py and its peers
+"""The client side shared by the front-door benchmarks (bench/frontdoor/overhead.py and its peers
 frontdoor_floor.py, frontdoor_dynamo.py, notes/frontdoor_rank_step.py): the prompts, one timed stream,
 the summary of timings, and where the results go. Imports none of them (no import circle)."""
 
