@@ -16,17 +16,14 @@ ai-dynamo without it (its other requirements, as its 1.6.1 metadata lists them):
 `dynamo.replay` and the frontend / mocker (bench/frontdoor_dynamo.py) import and run without it.
 Without it the Dynamo row is skipped and the JSON says so.
 
-Run: .venv/bin/python bench/sim.py [--limit N] [--repeats 3] [--baseline DIR] [--sample]
+Run: .venv/bin/python bench/sim.py [--rounds 3] [--traces mooncake,agentx] [--group 8] [--memo-requests 200]
     -> bench/results/sim.json + a table.
---baseline DIR: also the same runs of an older tree (e.g. `git archive COMMIT | tar -x -C DIR`; its C
-extensions are built in place first, bench/trees.py) in a subprocess with PYTHONPATH=DIR, interleaved
-with ours, group by group (old vs new in one run).
-Cold runs are a user's first run: a fresh process each (memo and router tables empty), `--repeats` of them,
-their median; "step store filled" runs (8-block groups) are a user's later runs with `--step-store`:
-fresh processes after one that filled an empty store (rackserve/sim/step_store.py), loading and saving
-on the clock; Dynamo's replay runs as many times (median). --sample adds where a warm and a cold run's
-CPU goes (bench/sampler.py). Warm runs (step memo and router tables filled by the cold run) are repeated and their median taken:
-the machine is shared, so CPU time is reported beside wall time.
+Fair timing (issue 51): per trace (the Mooncake one and bench/sim_agentx_trace.py's AgentX conversations as a
+Mooncake trace), `--rounds` rounds of ours in a fresh process (its first run cold: step memo and router tables
+empty; then a second, warm run in the same process) and Dynamo's replay in a fresh process, the side that goes
+first alternating, CPU time (each side's process CPU around its run; Dynamo's includes its Rust threads) and wall,
+medians of the rounds, the load average after every run. The other functions (run_ours, fresh_colds,
+fresh_stored, run_baseline, sampled_warm) are what bench/sim_compiled.py and older commands use.
 """
 
 from __future__ import annotations
@@ -41,6 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import sim_agentx_trace
 from rich.console import Console
 from rich.table import Table
 
@@ -59,12 +57,12 @@ import json, sys, time
 from dynamo.replay import run_trace_replay
 def eng(w):
     return {"engine": {"block_size": 64, "num_gpu_blocks": 2_000_000, "worker_type": w}}
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 r = run_trace_replay(sys.argv[1], num_prefill_workers=12, num_decode_workers=2, router_mode="kv_router",
                      trace_block_size=512, prefill_engine_args=eng("prefill"), decode_engine_args=eng("decode"))
-wall = time.perf_counter() - t
+wall, cpu = time.perf_counter() - t, time.process_time() - c
 s = r.summary
-print(json.dumps({"outer_wall_s": wall, "wall_time_ms": s["wall_time_ms"], "requests": s["completed_requests"],
+print(json.dumps({"outer_wall_s": wall, "cpu_s": cpu, "wall_time_ms": s["wall_time_ms"], "requests": s["completed_requests"],
                   "median_ttft_ms": s["median_ttft_ms"], "prefix_cache_reused_ratio": s["prefix_cache_reused_ratio"]}))
 """
 
@@ -218,6 +216,8 @@ def run_dynamo(trace: Path) -> dict | None:
     cpu1 = os.times()
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     out["ms_per_request"] = out["wall_time_ms"] / out["requests"]
+    out["wall_ms_per_request"] = out["ms_per_request"]
+    out["cpu_ms_per_request"] = 1e3 * out["cpu_s"] / out["requests"]
     # whole subprocess (interpreter start + trace load + replay): an upper bound on replay CPU
     out["subprocess_cpu_s"] = (cpu1.children_user - cpu0.children_user) + (cpu1.children_system - cpu0.children_system)
     out["subprocess_cpu_ms_per_request"] = out["subprocess_cpu_s"] / out["requests"] * 1e3
@@ -244,90 +244,107 @@ def _commit() -> str:
         return "unknown"
 
 
+def cold_then_warm(trace: Path, group: int, policy: str) -> dict:
+    """A user's first run in this (fresh) process, then a second run of the same trace in it (the step
+    memo and router tables filled: warm). The trace is read and hashed before each clock starts."""
+    sc = scenario(trace, group)
+    make, timing = source_factory(sc), timing_for(sc)
+    out: dict = {}
+    for which in ("cold", "warm"):
+        source = make()
+        wall, cpu = time.perf_counter(), time.process_time()
+        res = Simulator(sc, timing, policy, source).run()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        out[which] = {"wall_s": wall, "cpu_s": cpu, "wall_ms_per_request": 1e3 * wall / res.arrivals,
+                      "cpu_ms_per_request": 1e3 * cpu / res.arrivals}
+    out.update(requests=res.arrivals, step_memo_misses=timing.misses, hit_rate=res.hit_rate,
+               ttft_p50_ms=res.ttft_p50_s * 1e3)
+    return out
+
+
+def fresh_ours(root: Path, trace: Path, group: int, policy: str) -> dict:
+    """cold_then_warm in a fresh process on the tree at `root`."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("RACKSERVE_STEP_STORE", None)
+    code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import sim; "
+            f"print(json.dumps(sim.cold_then_warm(sim.Path({str(trace)!r}), {group}, {policy!r})))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root,
+                          timeout=1800, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def interleaved(trace: Path, group: int, policy: str, rounds: int) -> dict:
+    """`rounds` rounds of ours (a fresh process: cold, then warm) and Dynamo's replay (a fresh process),
+    the side that goes first alternating, each run's load average beside it; medians of the rounds."""
+    rows = []
+    for i in range(rounds):
+        row: dict = {"round": i}
+        for side in (("ours", "dynamo") if i % 2 == 0 else ("dynamo", "ours")):
+            row[side] = fresh_ours(ROOT, trace, group, policy) if side == "ours" else run_dynamo(trace)
+            row[f"load_average_1m_after_{side}"] = os.getloadavg()[0]
+        rows.append(row)
+    med = statistics.median
+    ours = {f"{which}_{kind}_ms_per_request": med(r["ours"][which][f"{kind}_ms_per_request"] for r in rows)
+            for which in ("cold", "warm") for kind in ("cpu", "wall")}
+    out = {"trace": str(trace), "requests": rows[0]["ours"]["requests"], "rounds": rows, "ours": ours,
+           "load_average_1m": [r[k] for r in rows for k in r if k.startswith("load_average")]}
+    if rows[0]["dynamo"] is None:
+        out["dynamo"] = None
+        return out
+    out["dynamo"] = {f"{kind}_ms_per_request": med(r["dynamo"][f"{kind}_ms_per_request"] for r in rows)
+                     for kind in ("cpu", "wall")}
+    out["ratios"] = {f"{which}_{kind}": ours[f"{which}_{kind}_ms_per_request"] / out["dynamo"][f"{kind}_ms_per_request"]
+                     for which in ("cold", "warm") for kind in ("cpu", "wall")}
+    return out
+
+
+TRACES = {"mooncake": lambda: TRACE, "agentx": lambda: sim_agentx_trace.write()}
+# issue 51's goals: ours over Dynamo's replay, CPU per simulated request, cold run (a fresh process)
+COLD_GOAL_X = {"mooncake": 1.0, "agentx": 0.5}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--limit", type=int, default=None, help="first N trace records (default: all 3,993)")
-    ap.add_argument("--memo-requests", type=int, default=200)
-    ap.add_argument("--repeats", type=int, default=3, help="warm runs per configuration (median)")
-    ap.add_argument("--baseline", type=Path, default=None, help="an older tree to run beside ours (see the docstring)")
-    ap.add_argument("--sample", action="store_true", help="also profile a warm and a fresh cold run (bench/sampler.py)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per trace (medians)")
+    ap.add_argument("--traces", default="mooncake,agentx")
+    ap.add_argument("--group", type=int, default=8, help="kv_block_multiple of ours (8: the headline)")
+    ap.add_argument("--memo-requests", type=int, default=200, help="requests of the step memo's error check (0: none)")
     args = ap.parse_args()
-    trace = TRACE
-    if args.limit:
-        trace = Path("/tmp/rackserve-bench-trace.jsonl")
-        trace.write_text("".join(TRACE.read_text().splitlines(keepends=True)[: args.limit]))
-    ours, base = [], []
     policy = "least-uncached-work"
-    if args.baseline is not None:
-        sys.path.insert(0, str(ROOT / "bench"))
-        from trees import built
-
-        built(args.baseline)
-    for g in (1, 8):  # interleaved, so both sides see the same load
-        if args.baseline is not None:
-            base.append({**run_baseline(args.baseline, trace, g, policy, args.repeats),
-                         **fresh_colds(args.baseline, trace, g, policy, args.repeats)})
-        ours.append({**run_ours(trace, g, policy, args.repeats),
-                     **fresh_colds(ROOT, trace, g, policy, args.repeats, args.sample and g == 8),
-                     **(fresh_stored(trace, g, policy, args.repeats) if g == 8 else {})})
-    if args.sample:
-        ours[-1]["warm_profile"] = sampled_warm(trace, 8, policy)
-    dynamo = run_dynamo_runs(trace, args.repeats)
-    memo = memo_error(trace, args.memo_requests)
+    names = args.traces.split(",")
+    traces = {name: interleaved(TRACES[name](), args.group, policy, args.rounds) for name in names}
     load = os.getloadavg()
-    result = {"command": "python bench/sim.py" + (f" --limit {args.limit}" if args.limit else "")
-              + (f" --repeats {args.repeats}" if args.repeats != 3 else "")
-              + (f" --baseline {args.baseline}" if args.baseline else "")
-              + (" --sample" if args.sample else ""), "commit": _commit(),
-              "trace": str(TRACE), "goal_ms_per_request": GOAL_MS, "load_average_1m": load[0], "cpus": os.cpu_count(),
-              "ours": ours, "dynamo_replay": dynamo,
-              "ratio_ours_warm_over_dynamo": [o["warm_ms_per_request"] / dynamo["ms_per_request"] for o in ours]
-              if dynamo else None,
-              "ratio_ours_fresh_cold_over_dynamo": [o["fresh_cold_ms_per_request"] / dynamo["ms_per_request"]
-                                                    for o in ours] if dynamo else None,
-              "ratio_ours_fresh_stored_over_dynamo": ours[-1]["fresh_stored_ms_per_request"] / dynamo["ms_per_request"]
-              if dynamo else None,
-              "goal": "medians of 3, ours beside Dynamo in one run: warm <= 0.1x, cold (a fresh process) <= 0.3x",
-              "step_memo_error": memo}
-    if base:
-        result["baseline"] = {"root": str(args.baseline), "runs": base,
-                              "ratio_ours_warm_over_baseline": [o["warm_ms_per_request"] / b["warm_ms_per_request"]
-                                                                for o, b in zip(ours, base, strict=True)],
-                              "ratio_ours_warm_cpu_over_baseline": [
-                                  o["warm_cpu_ms_per_request"] / b["warm_cpu_ms_per_request"]
-                                  for o, b in zip(ours, base, strict=True)]}
+    result = {"command": f"python bench/sim.py --rounds {args.rounds} --traces {args.traces} --group {args.group}",
+              "commit": _commit(), "cpus": os.cpu_count(), "load_average_1m_at_end": load[0],
+              "protocol": "per trace, rounds of ours (a fresh process: its first run cold, then a warm run) and "
+                          "Dynamo's replay (a fresh process), alternating which goes first; medians of the rounds; "
+                          "CPU is each side's process CPU around the run (Dynamo's: its replay call, threads "
+                          "included), wall its wall time",
+              "goal": {"cold_cpu_over_dynamo": COLD_GOAL_X, "warm": "no worse than before issue 51"},
+              "peer": "dynamo.replay.run_trace_replay (NVIDIA Dynamo 1.6.1), 12 prefill + 2 decode workers, kv_router",
+              "traces": traces}
+    if not PEERS_PY.exists():
+        result["peer_missing"] = f"{PEERS_PY.relative_to(ROOT)} not found: Dynamo's runs skipped (this docstring)"
+    if "mooncake" in names and args.memo_requests:
+        result["step_memo_error"] = memo_error(TRACE, args.memo_requests)
     out = ROOT / "bench" / "results" / "sim.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    table = Table(title=f"simulator speed, {ours[0]['requests']} Mooncake requests, 12 DEP2 (load avg {load[0]:.1f})")
-    for col in ("run", "wall ms / req", "CPU ms / req", "wall vs Dynamo", "hit rate", "TTFT P50 ms"):
+    table = Table(title=f"simulator speed, ours vs Dynamo's replay, fresh processes interleaved, medians of "
+                        f"{args.rounds} (load avg {min(min(t['load_average_1m']) for t in traces.values()):.1f}-"
+                        f"{max(max(t['load_average_1m']) for t in traces.values()):.1f})")
+    for col in ("trace", "requests", "cold CPU ms/req", "warm CPU ms/req", "Dynamo CPU ms/req", "cold / Dynamo",
+                "warm / Dynamo", "cold wall", "warm wall", "Dynamo wall"):
         table.add_column(col, justify="right")
-    for o, ratio in zip(ours, result["ratio_ours_warm_over_dynamo"] or [float("nan")] * len(ours), strict=True):
-        cold_ratio = o["fresh_cold_ms_per_request"] / dynamo["ms_per_request"] if dynamo else float("nan")
-        table.add_row(f"rackserve group={o['group_blocks']} cold (fresh process)",
-                      f"{o['fresh_cold_ms_per_request']:.3f}", f"{o['fresh_cold_cpu_ms_per_request']:.3f}",
-                      f"{cold_ratio:.2f}x", f"{o['hit_rate']:.3f}", f"{o['ttft_p50_ms']:.1f}")
-        if "fresh_stored_ms_per_request" in o:
-            table.add_row(f"rackserve group={o['group_blocks']} fresh process, step store filled",
-                          f"{o['fresh_stored_ms_per_request']:.3f}", f"{o['fresh_stored_cpu_ms_per_request']:.3f}",
-                          f"{o['fresh_stored_ms_per_request'] / dynamo['ms_per_request']:.2f}x" if dynamo else "",
-                          f"{o['hit_rate']:.3f}", f"{o['ttft_p50_ms']:.1f}")
-        table.add_row(f"rackserve group={o['group_blocks']} warm", f"{o['warm_ms_per_request']:.3f}",
-                      f"{o['warm_cpu_ms_per_request']:.3f}", f"{ratio:.2f}x", f"{o['hit_rate']:.3f}",
-                      f"{o['ttft_p50_ms']:.1f}")
-    for b in base:
-        table.add_row(f"baseline group={b['group_blocks']} warm", f"{b['warm_ms_per_request']:.3f}",
-                      f"{b['warm_cpu_ms_per_request']:.3f}",
-                      f"{b['warm_ms_per_request'] / dynamo['ms_per_request']:.2f}x" if dynamo else "",
-                      f"{b['hit_rate']:.3f}", f"{b['ttft_p50_ms']:.1f}")
-    if dynamo:
-        table.add_row("dynamo.replay (12P+2D)", f"{dynamo['ms_per_request']:.3f}",
-                      f"<= {dynamo['subprocess_cpu_ms_per_request']:.3f}", "1.00x",
-                      f"{dynamo['prefix_cache_reused_ratio']:.3f}", f"{dynamo['median_ttft_ms']:.1f}")
-    Console().print(table)
-    Console().print(f"step memo vs exact ({memo['requests']} requests): "
-                    + ", ".join(f"{k} {v:.2%}" for k, v in memo.items() if k.endswith("rel_err")))
-    print(f"goal <= {GOAL_MS} ms/request; wrote {out}", file=sys.stderr)
+    for name, t in traces.items():
+        o, d, r = t["ours"], t["dynamo"], t.get("ratios", {})
+        table.add_row(name, f"{t['requests']:,}", f"{o['cold_cpu_ms_per_request']:.3f}", f"{o['warm_cpu_ms_per_request']:.3f}",
+                      f"{d['cpu_ms_per_request']:.3f}" if d else "-", f"{r['cold_cpu']:.2f}x" if d else "-",
+                      f"{r['warm_cpu']:.2f}x" if d else "-", f"{o['cold_wall_ms_per_request']:.3f}",
+                      f"{o['warm_wall_ms_per_request']:.3f}", f"{d['wall_ms_per_request']:.3f}" if d else "-")
+    Console(width=160).print(table)
+    if "peer_missing" in result:
+        print(result["peer_missing"], file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":
