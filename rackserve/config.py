@@ -160,8 +160,18 @@ class PoolSection(Section):
     # and every tray's host DRAM, for every prefill rank; "instance" = each prefill instance offloads to
     # its own trays' host DRAM only, over its CPU-GPU link (vLLM's CPU offload); "agentx" = "instance"
     # capped at 3 TB per 8 GPUs (AgentX's KV-offload rule, REFERENCE.md "How the benchmark measures");
-    # "none" = no pool.
-    scope: Literal["rack", "instance", "agentx", "none"] = "rack"
+    # "none" = no pool; "deployment" = a Mooncake store over the trays the deployment occupies (prefill
+    # and decode), of the capacity it configures below (segment_bytes_per_host, hbm_lent_bytes_per_gpu).
+    scope: Literal["rack", "instance", "agentx", "none", "deployment"] = "rack"
+    # pool.scope deployment: what each host contributes to the store (Mooncake's global_segment_size, host
+    # DRAM). None: 80 GB per GPU of the deployment on the host, vLLM's MooncakeStoreConnector recipe
+    # (docs.vllm.ai features/mooncake_store_connector_usage: "global_segment_size": "80GB" in embedded
+    # mode, where each rank contributes its global_segment_size in-process; one rank per GPU).
+    segment_bytes_per_host: int | None = Field(None, ge=0, description="deployment scope: store segment per host")
+    # pool.scope deployment: spare HBM each decode GPU lends to the store (capped at what it has spare).
+    # 0: the recipes register host DRAM only (vLLM's MooncakeStoreConnector, Dynamo KVBM's host tier,
+    # LMCache's local CPU backend); the engines keep their HBM as their own KV cache.
+    hbm_lent_bytes_per_gpu: int = Field(0, ge=0, description="deployment scope: spare HBM lent per decode GPU")
     # Per-transfer setup of a pool read or write (submit + completion + metadata round trip), on top of
     # bytes / bandwidth: spare HBM over NVLink ~ NCCL's LL base latency 6.6 us; host DRAM over RDMA ~ one
     # DeepEP low-latency RDMA round, EP8 dispatch 77 us at 128 tokens (REFERENCE.md, public parameters).

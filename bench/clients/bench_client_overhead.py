@@ -30,7 +30,7 @@ from services.bench.runner import Runner
 from services.bench.summary import summarize
 from services.bench.workload import BenchWorkload
 
-RESULT = Path(__file__).parent / "results" / "bench_client.json"
+RESULT = Path(__file__).resolve().parents[1] / "results" / "clients" / "bench_client_overhead.json"
 STUB = r"""
 import json, sys
 import uvicorn

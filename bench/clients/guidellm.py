@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / ".venv-guidellm"
 GUIDELLM_VERSION = "0.8.1"
 TORCH_VERSION = "2.13.0"  # resolves to the CPU wheel in /opt/wheels on this kind of machine
@@ -31,5 +31,5 @@ def ensure_venv() -> None:
 
 if __name__ == "__main__":
     ensure_venv()
-    sys.exit(subprocess.run([sys.executable, str(REPO / "bench" / "clients.py"), *sys.argv[1:]])
+    sys.exit(subprocess.run([sys.executable, str(REPO / "bench" / "clients" / "outside_clients.py"), *sys.argv[1:]])
              .returncode)

@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from rackserve.model.hf_tokenizer import path as tokenizer_path  # noqa: E402
@@ -195,7 +195,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--isl", type=int, default=128)
     parser.add_argument("--osl", type=int, default=32)
-    parser.add_argument("--out", default="clients.json", help="file name in bench/results/")
+    parser.add_argument("--out", default="outside_clients.json", help="file name in bench/results/clients/")
     parser.add_argument("--clients", default="", help="only the clients whose names start with "
                         "one of these, comma-separated (e.g. 'vllm bench')")
     args = parser.parse_args()
@@ -205,7 +205,7 @@ def main() -> None:
                "machine": {"cpus": os.cpu_count(), "load_1m": os.getloadavg()[0],
                            "python": platform.python_version()},
                "wall_s": round(time.time() - started, 1)}
-    out = REPO / "bench" / "results" / args.out
+    out = REPO / "bench" / "results" / "clients" / args.out
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"time_scale {result['time_scale']:g}  {result['picked']}")
     # (sim x scale: the server's mean simulated TTFT / TPOT over the client's run, x time_scale)

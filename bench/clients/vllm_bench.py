@@ -39,5 +39,5 @@ STEPS = [
 
 if __name__ == "__main__":
     ensure("vllm", VLLM_VERSION, STEPS)
-    sys.exit(subprocess.run([sys.executable, str(REPO / "bench" / "clients.py"), *sys.argv[1:]])
+    sys.exit(subprocess.run([sys.executable, str(REPO / "bench" / "clients" / "outside_clients.py"), *sys.argv[1:]])
              .returncode)

@@ -24,7 +24,7 @@ from rackserve.model.engram import LocalEngramTable
 from services.engram.client import ShardedEngramTable
 from services.engram.spawn import ShardProcesses
 
-RESULT = Path(__file__).parent / "results" / "engram.json"
+RESULT = Path(__file__).resolve().parents[1] / "results" / "engine" / "engram_lookup.json"
 
 
 def latency(fn, iters: int, warmup: int = 10) -> dict[str, float]:

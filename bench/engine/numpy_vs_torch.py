@@ -34,7 +34,7 @@ from rackserve.model.engram import NUM_TABLES, LocalEngramTable, engram_row_ids
 from rackserve.model.transformer import Segment, Transformer, query_tile
 from rackserve.model.weights import ModelWeights, init_weights
 
-RESULTS = Path(__file__).parent / "results" / "model.json"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "engine" / "numpy_vs_torch.json"
 
 
 class TorchModel:

@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 
 import httpx
-import load  # bench/faults/overload.py: `rackserve up` as a subprocess, its URLs
+import overload  # bench/faults/overload.py: `rackserve up` as a subprocess, its URLs
 
 from services.launcher import DEFAULT_CONFIG
 from services.redis_server import free_port
 
-RESULT = Path(__file__).parent / "results" / "preemption.json"
+RESULT = Path(__file__).resolve().parents[1] / "results" / "faults" / "kv_pressure.json"
 MODEL = "rackserve-moe-small"
 PREEMPTIONS = re.compile(r"^vllm:num_preemptions_total\{[^}]*\} ([0-9.e+]+)$", re.M)
 
@@ -80,8 +80,8 @@ async def rounds(base: str, args) -> dict:
 
 def run(label: str, env: dict[str, str], args) -> dict:
     os.environ.update(env)
-    load.LIMITS = {"TIME_SCALE": "0"}  # the default front-door limits (load.py sets tiny ones), unpaced
-    proc, urls = load.start_cluster(Path(DEFAULT_CONFIG), free_port())
+    overload.LIMITS = {"TIME_SCALE": "0"}  # the default front-door limits (overload.py sets tiny ones), unpaced
+    proc, urls = overload.start_cluster(Path(DEFAULT_CONFIG), free_port())
     try:
         result = asyncio.run(rounds(urls["OpenAI API"].removesuffix("/v1"), args))
     finally:
@@ -110,7 +110,7 @@ def main() -> None:
     report = {"command": "python bench/faults/kv_pressure.py " + " ".join(sys.argv[1:]), "args": vars(args),
               "greedy_outputs_identical": same,
               "runs": [{k: v for k, v in r.items() if k != "texts"} for r in runs]}
-    RESULT.parent.mkdir(exist_ok=True)
+    RESULT.parent.mkdir(parents=True, exist_ok=True)
     RESULT.write_text(json.dumps(report, indent=2) + "\n")
     print(f"{'run':<28}{'round ok/failed/429':>36}{'preemptions':>13}")
     for r in runs:

@@ -30,7 +30,7 @@ import httpx
 from services.launcher import descendants
 from services.redis_server import free_port
 
-RESULT = Path(__file__).parent / "results" / "load.json"
+RESULT = Path(__file__).resolve().parents[1] / "results" / "faults" / "overload.json"
 MODEL = "rackserve-moe-small"
 OUTPUT_TOKENS = 16
 CONFIG = """\

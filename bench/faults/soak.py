@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from load import CONFIG, LIMITS, level, rss_mib, start_cluster  # noqa: E402
+from overload import CONFIG, LIMITS, level, rss_mib, start_cluster  # noqa: E402
 
 from services.redis_server import free_port  # noqa: E402
 
-RESULT = Path(__file__).parent / "results" / "load_soak.json"
+RESULT = Path(__file__).resolve().parents[1] / "results" / "faults" / "soak.json"
 
 
 def main() -> None:

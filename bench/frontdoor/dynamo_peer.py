@@ -9,7 +9,7 @@ so a PROMPT_CHARS-byte prompt is PROMPT_CHARS tokens on both sides. The load is 
 own client code (`cluster_latency`, `cluster_rate`): same prompts, max_tokens, concurrency, count.
 Every process started here is stopped by its PID (process group) at the end.
 
-    .venv/bin/python bench/frontdoor/dynamo.py [--requests 24] [--rate-requests 64] [--concurrency 16]
+    .venv/bin/python bench/frontdoor/overhead.py --only dynamo [--requests 24] [--workers 2]
 merges a "dynamo" entry (and the ratios against our figures already in the JSON) into
 bench/results/frontdoor/overhead.json; `bench/frontdoor/overhead.py --dynamo` runs both sides in one run.
 """
@@ -28,12 +28,10 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).parent))
-import frontdoor_client  # noqa: E402  (the same client code and workload constants)
+from bench.frontdoor import stream_client  # the same client code and workload constants
+from services.redis_server import free_port
 
-from services.redis_server import free_port  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PEERS = ROOT / ".venv-peers"
 PEER_PYTHON = PEERS / "bin" / "python"
 TOKENIZER_DIR = PEERS / "tok"
@@ -128,13 +126,13 @@ def stop(procs: list[subprocess.Popen]) -> None:
 def wait_ready(base: str, procs: list[subprocess.Popen], timeout_s: float) -> None:
     """Until the frontend lists the model and a completion goes through."""
     deadline = time.monotonic() + timeout_s
-    body = {"model": frontdoor_client.MODEL, "prompt": "ready?", "max_tokens": 1}
+    body = {"model": stream_client.MODEL, "prompt": "ready?", "max_tokens": 1}
     while time.monotonic() < deadline:
         if any(p.poll() is not None for p in procs):
             raise RuntimeError("a Dynamo process exited during start-up (see its log)")
         try:
             models = httpx.get(f"{base}/v1/models", timeout=2).json().get("data", [])
-            if any(m.get("id") == frontdoor_client.MODEL for m in models):
+            if any(m.get("id") == stream_client.MODEL for m in models):
                 if httpx.post(f"{base}/v1/completions", json=body, timeout=10).status_code == 200:
                     return
         except (httpx.HTTPError, ValueError):
@@ -146,9 +144,9 @@ def wait_ready(base: str, procs: list[subprocess.Popen], timeout_s: float) -> No
 async def chunk_count(base: str) -> int:
     """SSE data chunks of one streamed completion of OUTPUT_TOKENS tokens (checks the load)."""
     body = {
-        "model": frontdoor_client.MODEL,
-        "prompt": frontdoor_client.prompt_text(77_777),
-        "max_tokens": frontdoor_client.OUTPUT_TOKENS,
+        "model": stream_client.MODEL,
+        "prompt": stream_client.prompt_text(77_777),
+        "max_tokens": stream_client.OUTPUT_TOKENS,
         "ignore_eos": True,
         "stream": True,
     }
@@ -158,7 +156,7 @@ async def chunk_count(base: str) -> int:
 
 
 async def dynamo_latency(base: str, n: int) -> dict:
-    """frontdoor.cluster_latency's loop; ITL only if Dynamo streamed more than one text chunk.
+    """overhead.cluster_latency's loop; ITL only if Dynamo streamed more than one text chunk.
 
     The mocker's tokens detokenize to empty text and Dynamo's frontend sends no chunk for an empty
     delta, so a stream is one data chunk at the end: "TTFT" is then request -> all OUTPUT_TOKENS
@@ -166,16 +164,16 @@ async def dynamo_latency(base: str, n: int) -> dict:
     """
     ttfts, itls = [], []
     async with httpx.AsyncClient(timeout=120) as client:
-        await frontdoor_client.stream_one(client, base, 99_999, 2)
+        await stream_client.stream_one(client, base, 99_999, 2)
         for i in range(n):
-            ttft, gaps = await frontdoor_client.stream_one(
-                client, base, 20_000 + i, frontdoor_client.OUTPUT_TOKENS
+            ttft, gaps = await stream_client.stream_one(
+                client, base, 20_000 + i, stream_client.OUTPUT_TOKENS
             )
             ttfts.append(ttft)
             itls += gaps
     return {
-        "ttft_ms": frontdoor_client.summary(ttfts),
-        "itl_ms": frontdoor_client.summary(itls) if itls else None,
+        "ttft_ms": stream_client.summary(ttfts),
+        "itl_ms": stream_client.summary(itls) if itls else None,
     }
 
 
@@ -195,7 +193,7 @@ def mocker_commands(mode: str, workers: int, model: list[str]) -> list[list[str]
 
 
 def run_dynamo(requests: int, rate_requests: int, concurrency: int, workers: int = 2, mode: str = "agg") -> dict:
-    """Dynamo frontend + mockers under frontdoor.py's load; figures like ours. mode agg: `workers`
+    """Dynamo frontend + mockers under overhead.py's load; figures like ours. mode agg: `workers`
     aggregated mockers, round-robin; disagg: a prefill and a decode mocker behind its KV router."""
     tok = make_tokenizer()
     port = free_port()
@@ -203,7 +201,7 @@ def run_dynamo(requests: int, rate_requests: int, concurrency: int, workers: int
     with tempfile.TemporaryDirectory(prefix="dynamo-bench-") as store:
         env = peer_env(store)
         logs = Path(store)
-        model = ["--model-path", str(tok), "--model-name", frontdoor_client.MODEL]
+        model = ["--model-path", str(tok), "--model-name", stream_client.MODEL]
         procs = []
         try:
             for w, mocker in enumerate(mocker_commands(mode, workers, model)):
@@ -220,8 +218,8 @@ def run_dynamo(requests: int, rate_requests: int, concurrency: int, workers: int
             chunks = asyncio.run(chunk_count(base))
             figures = {
                 **asyncio.run(dynamo_latency(base, requests)),
-                **asyncio.run(frontdoor_client.non_stream_latency(base, requests)),
-                **asyncio.run(frontdoor_client.cluster_rate(base, rate_requests, concurrency)),
+                **asyncio.run(stream_client.non_stream_latency(base, requests)),
+                **asyncio.run(stream_client.cluster_rate(base, rate_requests, concurrency)),
             }
         finally:
             stop(procs)
@@ -298,24 +296,13 @@ def table(result: dict) -> None:
         print(f"{name:24s}{mine:12.2f}{theirs:12.2f}{mine / theirs:8.2f}")
 
 
-def main() -> None:
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=24)
-    parser.add_argument("--rate-requests", type=int, default=64)
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
-    result = json.loads(frontdoor_client.RESULT.read_text())
-    result["dynamo"] = run_dynamo(args.requests, args.rate_requests, args.concurrency, args.workers)
-    result["dynamo"]["command"] = "bench/frontdoor/dynamo.py " + " ".join(sys.argv[1:])
+def run_alone(args, command: str) -> None:
+    """`overhead.py --only dynamo`: Dynamo's side alone, merged into the JSON beside our figures there."""
+    result = json.loads(stream_client.RESULT.read_text())
+    result["dynamo"] = run_dynamo(args.requests, args.rate_requests, args.concurrency, args.workers, args.dynamo_mode)
+    result["dynamo"]["command"] = command
     result["dynamo"]["load_avg_1m"] = os.getloadavg()[0]
     result["dynamo_ratio"] = comparison(result)
-    frontdoor_client.RESULT.write_text(json.dumps(result, indent=2) + "\n")
+    stream_client.RESULT.write_text(json.dumps(result, indent=2) + "\n")
     table(result)
-    print(f"(load avg {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus) -> {frontdoor_client.RESULT}")
-
-
-if __name__ == "__main__":
-    main()
+    print(f"(load avg {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus) -> {stream_client.RESULT}")

@@ -6,9 +6,8 @@ the floor under any front door made of Python processes.
   own (`stream_one`), so this is one HTTP hop's TTFT with no work behind it.
 - grpc_unary: a bare grpc.aio server echoing bytes; one unary call as the router makes them.
 
-Each server runs in its own process on 127.0.0.1 and is stopped by its PID.
-
-    .venv/bin/python bench/frontdoor/floor.py serve-http PORT | serve-grpc PORT   (the servers)
+Each server runs in its own process on 127.0.0.1 (`serve`, started by `start`) and is stopped by
+its PID. Alone: `bench/frontdoor/overhead.py --only floor`.
 """
 
 from __future__ import annotations
@@ -23,13 +22,12 @@ from pathlib import Path
 import grpc
 import httpx
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent))
-import frontdoor_client  # noqa: E402
+from bench.frontdoor import stream_client
+from services.event_loop import run as run_loop
+from services.event_loop import uvicorn_options
+from services.redis_server import free_port
 
-from services.event_loop import run as run_loop  # noqa: E402
-from services.event_loop import uvicorn_options  # noqa: E402
-from services.redis_server import free_port  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 METHOD = "/floor.Echo/Echo"
 SSE = b'data: {"choices":[{"text":"x","index":0}]}\n\ndata: [DONE]\n\n'
@@ -66,7 +64,8 @@ async def _serve_grpc(port: int) -> None:
 def start(kind: str, loop: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
     env = {**os.environ, "RACKSERVE_EVENT_LOOP": loop}
-    proc = subprocess.Popen([sys.executable, __file__, f"serve-{kind}", str(port)], env=env)
+    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from bench.frontdoor import floor; floor.serve({kind!r}, {port})"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env)
     return proc, port
 
 
@@ -77,11 +76,11 @@ async def http_floor(n: int, loop: str) -> list[float]:
         async with httpx.AsyncClient(timeout=30) as client:
             for _ in range(100):  # until it listens
                 try:
-                    await frontdoor_client.stream_one(client, base, 0, 1)
+                    await stream_client.stream_one(client, base, 0, 1)
                     break
                 except httpx.TransportError:
                     await asyncio.sleep(0.1)
-            return [(await frontdoor_client.stream_one(client, base, i, 1))[0] for i in range(n)]
+            return [(await stream_client.stream_one(client, base, i, 1))[0] for i in range(n)]
     finally:
         proc.terminate()
         proc.wait(30)
@@ -115,14 +114,13 @@ def run_floor(n: int) -> dict:
             got["http_sse_ttft_ms"] += asyncio.run(http_floor(n // 2, loop))
             got["grpc_unary_ms"] += asyncio.run(grpc_floor(n // 2, loop))
     return {
-        loop: {k: frontdoor_client.summary(v) for k, v in got.items()} for loop, got in samples.items()
+        loop: {k: stream_client.summary(v) for k, v in got.items()} for loop, got in samples.items()
     }
 
 
-if __name__ == "__main__":
-    if sys.argv[1] == "serve-http":
-        serve_http(int(sys.argv[2]))
-    elif sys.argv[1] == "serve-grpc":
-        run_loop(_serve_grpc(int(sys.argv[2])))
+def serve(kind: str, port: int) -> None:
+    """One bare server, "http" or "grpc", in this process until it is stopped."""
+    if kind == "http":
+        serve_http(port)
     else:
-        print(run_floor(int(sys.argv[1]) if len(sys.argv) > 1 else 50))
+        run_loop(_serve_grpc(port))

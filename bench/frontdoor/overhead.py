@@ -9,13 +9,19 @@ Pacing off (time_scale 0), so every number is real wall time on this machine:
   loop of short completions at a fixed concurrency.
 
     .venv/bin/python bench/frontdoor/overhead.py [--requests 24] [--concurrency 16]
-writes bench/results/frontdoor/overhead.json and prints a table. With `--dynamo` the same run also puts
-NVIDIA Dynamo's frontend + mocker workers under the same load (bench/frontdoor/dynamo.py) and
-records the ratio of our overhead to Dynamo's latency in the JSON ("dynamo", "dynamo_ratio").
-Every run also records where the cluster's TTFT went, hop by hop ("stages_wall_ms": the front
-door's rackserve_frontdoor_stage_wall_seconds, bench/frontdoor/stages.py), and what one bare
-Python HTTP hop and one bare gRPC call cost on this machine meanwhile ("floor",
-bench/frontdoor/floor.py).
+writes bench/results/frontdoor/overhead.json and prints a table. Every run also records where the
+cluster's TTFT went, hop by hop ("stages_wall_ms": the front door's
+rackserve_frontdoor_stage_wall_seconds, stages.py), its CPU per request by process role (cpu.py),
+and what one bare Python HTTP hop and one bare gRPC call cost on this machine meanwhile ("floor",
+floor.py). Options:
+- `--dynamo` [--dynamo-mode agg|disagg]: the same run also puts NVIDIA Dynamo's frontend + mocker
+  workers under the same load (dynamo_peer.py) and records the ratio of our overhead to Dynamo's
+  latency ("dynamo", "dynamo_ratio");
+- `--engine mock` [--mock-ranks actor|service]: the cluster and the in-process reference over mock
+  ranks (no model math), the equal-work peer of Dynamo's mocker; stored under "mock" and
+  "mock_runs";
+- `--only dynamo` [--workers N]: Dynamo's side alone, merged into the JSON beside our figures there;
+- `--only floor`: the bare-hop floor alone, printed (nothing written).
 """
 
 from __future__ import annotations
@@ -39,11 +45,9 @@ from pathlib import Path  # noqa: E402
 
 import httpx  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
-import frontdoor_cpu  # noqa: E402
-import frontdoor_floor  # noqa: E402
-import frontdoor_stages  # noqa: E402
-from frontdoor_client import (  # noqa: E402, F401 - names kept for notes/frontdoor_rank_step.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: `bench.frontdoor`
+from bench.frontdoor import cpu, floor, stages  # noqa: E402
+from bench.frontdoor.stream_client import (  # noqa: E402, F401 - names kept for notes/frontdoor_rank_step.py
     MODEL,
     OUTPUT_TOKENS,
     PROMPT_CHARS,
@@ -55,7 +59,6 @@ from frontdoor_client import (  # noqa: E402, F401 - names kept for notes/frontd
     stream_one,
     summary,
 )
-
 from rackserve.config import load_config  # noqa: E402
 from rackserve.model import tokenizer  # noqa: E402
 from rackserve.model.config import ModelConfig  # noqa: E402
@@ -149,14 +152,14 @@ async def cluster_latency(base: str, n: int) -> dict:
     ttfts, itls = [], []
     async with httpx.AsyncClient(timeout=120) as client:
         await stream_one(client, base, 99_999, 2)  # warm-up: connections, first steps
-        before = await asyncio.to_thread(frontdoor_stages.scrape, base)
+        before = await asyncio.to_thread(stages.scrape, base)
         for i in range(n):
             ttft, gaps = await stream_one(client, base, 20_000 + i, OUTPUT_TOKENS)
             ttfts.append(ttft)
             itls += gaps
-        after = await asyncio.to_thread(frontdoor_stages.scrape, base)
-    stages = frontdoor_stages.summary(frontdoor_stages.delta(before, after))
-    return {"ttft_ms": summary(ttfts), "itl_ms": summary(itls), "stages_wall_ms": stages}
+        after = await asyncio.to_thread(stages.scrape, base)
+    by_stage = stages.summary(stages.delta(before, after))
+    return {"ttft_ms": summary(ttfts), "itl_ms": summary(itls), "stages_wall_ms": by_stage}
 
 
 # -- report ------------------------------------------------------------------------------------
@@ -175,7 +178,19 @@ def main() -> None:
     parser.add_argument("--dynamo-mode", default="agg", choices=("agg", "disagg"),
                         help="Dynamo's workers: aggregated mockers behind round-robin, or a prefill "
                              "and a decode mocker behind its KV router (our path's shape: P->D)")
+    parser.add_argument("--only", choices=("dynamo", "floor"),
+                        help="dynamo: Dynamo's side alone, merged into the JSON beside our figures "
+                             "there; floor: the bare HTTP/gRPC hop floor alone, printed")
+    parser.add_argument("--workers", type=int, default=2, help="--only dynamo: aggregated mockers")
     args = parser.parse_args()
+    if args.only == "floor":
+        print(json.dumps(floor.run_floor(args.requests), indent=2))
+        return
+    if args.only == "dynamo":
+        from bench.frontdoor import dynamo_peer
+
+        dynamo_peer.run_alone(args, "bench/frontdoor/overhead.py " + " ".join(sys.argv[1:]))
+        return
     global ENGINE, MOCK_RANKS
     ENGINE, MOCK_RANKS = args.engine, args.mock_ranks
     first = in_process_latency(args.requests)
@@ -183,17 +198,17 @@ def main() -> None:
     proc, _ = start_cluster(port)
     try:
         base = f"http://127.0.0.1:{port}"
-        cpu_before = frontdoor_cpu.snapshot(proc.pid)
+        cpu_before = cpu.snapshot(proc.pid)
         t0 = time.perf_counter()
         latency = asyncio.run(cluster_latency(base, args.requests))
         wall_s = time.perf_counter() - t0
         if ENGINE == "mock":
             latency |= asyncio.run(non_stream_latency(base, args.requests))
-        cpu = frontdoor_cpu.per_role_ms(cpu_before, frontdoor_cpu.snapshot(proc.pid), args.requests)
+        cpu_ms = cpu.per_role_ms(cpu_before, cpu.snapshot(proc.pid), args.requests)
         cluster = {
             **latency,
             "latency_phase_wall_ms_per_request": 1000 * wall_s / args.requests,
-            "latency_phase_cpu_ms_per_request": cpu,
+            "latency_phase_cpu_ms_per_request": cpu_ms,
             **asyncio.run(cluster_rate(base, args.rate_requests, args.concurrency)),
         }
     finally:
@@ -231,22 +246,24 @@ def main() -> None:
             - local["ttft_ms"]["p50"] - local["itl_ms"]["p50"],
             "itl_p50": cluster["itl_ms"]["p50"] - local["itl_ms"]["p50"],
         },
-        "floor": frontdoor_floor.run_floor(args.requests),
-        "dynamo": None,  # filled by --dynamo (bench/frontdoor/dynamo.py)
+        "floor": floor.run_floor(args.requests),
+        "dynamo": None,  # filled by --dynamo (dynamo_peer.py)
     }
     if args.dynamo:
-        import frontdoor_dynamo  # the peer side; needs .venv-peers (../shared/ENVIRONMENT.md)
+        from bench.frontdoor import (
+            dynamo_peer,  # the peer side; needs .venv-peers (../shared/ENVIRONMENT.md)
+        )
 
-        result["dynamo"] = frontdoor_dynamo.run_dynamo(
+        result["dynamo"] = dynamo_peer.run_dynamo(
             args.requests, args.rate_requests, args.concurrency, mode=args.dynamo_mode
         )
         result["dynamo"]["load_avg_1m"] = os.getloadavg()[0]
-        result["dynamo_ratio"] = frontdoor_dynamo.comparison(result)
+        result["dynamo_ratio"] = dynamo_peer.comparison(result)
     if ENGINE == "mock":
         result["overhead_ms"]["non_stream_e2e_p50"] = (cluster["non_stream_e2e_ms"]["p50"]
                                                       - local["e2e_ms"]["p50"])
         if result["dynamo"]:
-            result["ttft_p50_mock_overhead_over_dynamo"] = frontdoor_dynamo.mock_comparison(result)
+            result["ttft_p50_mock_overhead_over_dynamo"] = dynamo_peer.mock_comparison(result)
         stored = json.loads(RESULT.read_text()) if RESULT.exists() else {}
         key = f"mock_{MOCK_RANKS}_vs_dynamo_{args.dynamo_mode}" if args.dynamo else f"mock_{MOCK_RANKS}"
         stored.setdefault("mock_runs", {})[key] = result
@@ -269,15 +286,15 @@ def main() -> None:
     print(f"{'requests/s':24s}{local['requests_per_s']:12.1f}{cluster['requests_per_s']:12.1f}")
     print(f"{'- one decode step':24s}{'':12s}{'':12s}"
           f"{result['overhead_ms']['ttft_p50_less_first_decode_step']:12.2f}")
-    for loop, floor in result["floor"].items():
-        print(f"floor, {loop:8s}: bare HTTP SSE hop TTFT p50 {floor['http_sse_ttft_ms']['p50']:.2f}"
-              f" ms, bare gRPC unary p50 {floor['grpc_unary_ms']['p50']:.2f} ms")
-    frontdoor_stages.table(cluster["stages_wall_ms"])
-    cpu = cluster["latency_phase_cpu_ms_per_request"]
+    for loop, hop in result["floor"].items():
+        print(f"floor, {loop:8s}: bare HTTP SSE hop TTFT p50 {hop['http_sse_ttft_ms']['p50']:.2f}"
+              f" ms, bare gRPC unary p50 {hop['grpc_unary_ms']['p50']:.2f} ms")
+    stages.table(cluster["stages_wall_ms"])
+    cpu_ms = cluster["latency_phase_cpu_ms_per_request"]
     print(f"latency phase: {cluster['latency_phase_wall_ms_per_request']:.1f} ms wall per request, "
-          f"CPU ms per request: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
+          f"CPU ms per request: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu_ms.items()))
     if args.dynamo:
-        frontdoor_dynamo.table(result)
+        dynamo_peer.table(result)
     print(f"(load avg {result['machine']['load_avg_1m']:.1f} on {os.cpu_count()} cpus) -> {RESULT}")
 
 

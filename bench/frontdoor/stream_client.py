@@ -1,5 +1,5 @@
 """The client side shared by the front-door benchmarks (bench/frontdoor/overhead.py and its peers
-frontdoor_floor.py, frontdoor_dynamo.py, notes/frontdoor_rank_step.py): the prompts, one timed stream,
+floor.py, dynamo_peer.py, notes/frontdoor_rank_step.py): the prompts, one timed stream,
 the summary of timings, and where the results go. Imports none of them (no import circle)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-RESULT = Path(__file__).parent / "results" / "frontdoor.json"
+RESULT = Path(__file__).resolve().parents[1] / "results" / "frontdoor" / "overhead.json"
 MODEL = "rackserve-moe-small"
 PROMPT_CHARS = 64
 OUTPUT_TOKENS = 16

@@ -41,10 +41,8 @@ import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository
-import frontdoor  # noqa: E402  (start_cluster, new_engine, prompt_text, cluster_latency: the same cluster, prompts and reference)
-
+from bench.frontdoor import overhead as frontdoor  # noqa: E402  (bench/frontdoor/overhead.py: start_cluster, new_engine, prompt_text, cluster_latency: the same cluster, prompts and reference)
 from rackserve.config import load_config  # noqa: E402
 from rackserve.model import tokenizer  # noqa: E402
 from rackserve.model.engine import Engine  # noqa: E402

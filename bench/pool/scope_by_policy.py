@@ -20,7 +20,7 @@ import yaml
 from rackserve.sim.run import simulate, timing_for
 from rackserve.sim.scenario import scenario_from_dict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCOPES = ("rack", "instance", "agentx")
 POLICIES = ("least-uncached-work", "dynamo-kv", "round-robin")
 KEEP = ("completed", "arrivals", "rejected", "throughput_per_gpu", "ttft_p50_s", "ttft_p90_s", "ttft_breakdown_s",
@@ -60,7 +60,7 @@ def main() -> None:
             print(f"{scope:9s} {policy:32s} done {row['completed']:6d} ttft p50 {row['ttft_p50_s']:.3f} "
                   f"p90 {row['ttft_p90_s']:.3f} hit {row['hit_rate']:.3f} idle {row['prefill_idle_frac']:.3f} "
                   f"regret {row['regret_mean_s'] * 1e3:.2f} ms  cpu {time.process_time() - t:.0f} s", flush=True)
-    out = ROOT / "bench" / "results" / f"issue32_matrix_{args.lanes}.json"
+    out = ROOT / "bench" / "results" / "pool" / f"scope_by_policy_{args.lanes}.json"
     meta = {"scenario": "scenarios/agentx-3dep2-wideep.yaml", "lanes": args.lanes, "measure_start_s": args.start_s,
             "window_s": args.window_s,
             "note": "AgentX's 900 s window" if args.window_s >= 900 else "SHORT window, not AgentX's 900 s",

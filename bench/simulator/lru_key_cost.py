@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAIN = 110
 CHAINS = 2000
 
@@ -46,7 +46,7 @@ def main() -> None:
     rows = [measure(size) for size in (10_000, 100_000, 1_000_000, 4_000_000)]
     out = {"command": "python bench/simulator/lru_key_cost.py", "chain_keys": CHAIN, "chains": CHAINS,
            "load_average_1m": os.getloadavg()[0], "rows": rows}
-    path = ROOT / "bench" / "results" / "dict_latency.json"
+    path = ROOT / "bench" / "results" / "simulator" / "lru_key_cost.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
     table = Table(title="CPU ns per key, chains of 110 random keys")
     for col in ("entries", "OrderedDict.move_to_end", "dict membership"):

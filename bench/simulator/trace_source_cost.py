@@ -27,7 +27,7 @@ from rackserve.workload.trace_blocks import BlockIds, block_ids
 from rackserve.workload.trace_file import read_conversations
 from rackserve.workload.trace_replay import TraceReplaySource
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SERVICE_S, PER_TOKEN_S = 2.0, 0.02  # the stand-in service time of one request
 
 
@@ -85,7 +85,7 @@ def main() -> None:
               "load_avg_1m": os.getloadavg()[0], "trace_read_s": load_s, "lanes": args.lanes,
               "duration_s": args.duration, "ours": ours, "first_version": first,
               "speedup": first["ms_per_request"] / ours["ms_per_request"]}  # fmt: skip
-    out = ROOT / "bench" / "results" / "trace_source.json"
+    out = ROOT / "bench" / "results" / "simulator" / "trace_source_cost.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     table = Table(title=f"trace-replay source, {args.lanes} lanes x {args.duration:g} s (medians of {args.repeats})")
     for col in ("version", "requests", "blocks/req", "ms / request", "ms / 1,000 blocks"):
