@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from rackserve.metrics import ProcessMetrics, RankKey
 from rackserve.timing.batch import RankBatch, StepBatch, StepCost
 from services.pacing import sleep_paced
+from services.rank_idle import RankIdleExport
 from services.rank_inbox import FAILED, AdmitResult, Submission
 from services.rank_worker import Emitted, RankStep
 from services.stage_timer import now_s, observe, record
@@ -76,7 +77,9 @@ class InstanceLoop:
         time_scale: float,
         metrics: ProcessMetrics,
         on_step: Callable[[StepDone], None],
+        idle: RankIdleExport | None = None,
     ) -> None:
+        """`idle`: the process's idle-while-waiting export, shared by its instances' loops."""
         self.spec = spec
         self.ranks = ranks
         self.price = price
@@ -93,6 +96,7 @@ class InstanceLoop:
         self._flight: dict[int, _Call] = {}  # this step's calls (and late answers it takes)
         self._behind: dict[int, _Call] = {}  # ranks left behind: their call is still out
         self._keys = [RankKey(spec.name, r, spec.role) for r in range(len(ranks))]
+        self.idle = idle
         metrics.ranks.declare_instance(spec.name, spec.role, spec.gpus)
 
     def wake(self, rank: int) -> None:
@@ -157,6 +161,7 @@ class InstanceLoop:
             if r not in self._behind and not self._failed_alone(r, call):
                 steps[r] = self._answered(r, call)
         self._flight = {}
+        self._observe_idle(steps)
         if not any(s.batch.num_seqs for s in steps):
             return bool(self._active - self._behind.keys())
         cost = self.price(StepBatch(tuple(s.batch for s in steps)))
@@ -177,6 +182,17 @@ class InstanceLoop:
         # token's path, bench/notes/frontdoor_stages.md).
         await asyncio.sleep(0)
         return bool(self._active - self._behind.keys())
+
+    def _observe_idle(self, steps: list[RankStep]) -> None:
+        """Each rank's state from here on: requests or none (a rank left behind is counted busy),
+        some waiting or none (what its answer said)."""
+        if self.idle is None:
+            return
+        states = {
+            key: (r in self._active or r in self._behind or bool(self._inbox.get(r)), steps[r].waiting > 0)
+            for r, key in enumerate(self._keys)
+        }
+        self.idle.observe(self.sim_now_s, states)
 
     def _call(self, r: int) -> _Call:
         """Rank r's step call, carrying the submissions queued for it."""

@@ -22,6 +22,13 @@ class RankMetrics:
             rl,
             registry=r,
         )
+        # rackserve/metrics/idle_waiting.py: the idle an operator reads (not the lockstep share above)
+        self.idle_while_waiting = Counter(
+            "rackserve_rank_idle_while_waiting_seconds",
+            "Simulated seconds this rank had nothing to compute while requests waited at another rank of its role",
+            rl,
+            registry=r,
+        )
         self.steps = Counter("rackserve_rank_steps", "Steps this rank took part in", rl, registry=r)
         self.batch_size = Gauge(
             "rackserve_rank_batch_size", "Sequences in this rank's current step", rl, registry=r
