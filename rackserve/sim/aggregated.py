@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rackserve.routing.view import PrefixHit
 from rackserve.sched.limits import SchedulerLimits
 from rackserve.sched.output import SchedulerOutput
@@ -127,6 +129,7 @@ class AggregatedSimulator:
         self._order = itertools.count()
         self._events = self._sent = self._done = 0
         self._windowed = False
+        self._load: list[tuple[float, float, int]] = []  # per step in the window: (seconds, seqs per rank, busiest)
 
     # ---- events -------------------------------------------------------------------------------------
     def _push(self, t: float, kind: int, data: Any) -> None:
@@ -210,6 +213,9 @@ class AggregatedSimulator:
                 steps = fit
                 cost = mixed_cost(self.timing, a.inst.layout, plans, (steps - 1) // 2)
         a.inst.account(cost, steps)
+        if self._windowed:
+            running = [len(p.seqs) for p in plans]
+            self._load.append((steps * cost.total_s, sum(running) / len(running), max(running)))
         a.plans, a.leap, a.busy = plans, steps, True
         self._push(now + steps * cost.total_s, STEP_END, idx)
 
@@ -256,6 +262,7 @@ class AggregatedSimulator:
         idle = sum(sum(i.rank_idle_s) for i in insts) / stepping if stepping else 0.0
         util = sum(i.stepping_s for i in insts) / (span * len(insts)) if insts else 0.0
         validity = run_validity(self.source, m.completed, m.rejected, self._sent - self._done)
+        limits = insts[0].ranks[0].limits
         return SimResult(
             scenario=self.scenario.name, policy=self.policy, gpus=gpus, arrivals=m.arrivals,
             completed=m.completed, rejected=m.rejected, span_s=span,
@@ -266,15 +273,33 @@ class AggregatedSimulator:
             tpot_p50_s=pct(m.tpot, 50), tpot_p90_s=pct(m.tpot, 90),
             hit_rate=0.0, hit_rate_by_tier={"rank_hbm": 0.0, "pool_hbm": 0.0, "pool_dram": 0.0},
             predicted_hit_rate=0.0, prefill_idle_frac=idle, decode_idle_frac=idle,
-            prefill_util=util, decode_stepping_share=util, pool_occupancy={}, evictions={},
+            prefill_util=util, decode_stepping_share=util, pool_occupancy={"pool_hbm": 0.0, "pool_dram": 0.0},
+            evictions={"rank_hbm": 0, "pool_hbm": 0, "pool_dram": 0},  # no prefix cache or pool here
             events=self._events, wall_s=wall_s, cpu_s=cpu_s, ttft_samples=list(m.ttft),
-            sizing={"aggregated": True, "max_num_batched_tokens": insts[0].ranks[0].limits.max_num_batched_tokens,
-                    "max_num_seqs": insts[0].ranks[0].limits.max_num_seqs,
+            sizing={"aggregated": True, "max_num_batched_tokens": limits.max_num_batched_tokens,
+                    "max_num_seqs": limits.max_num_seqs,
                     "adp_balance_timeout_iters": self.balance},
             tps_user_e2e_p50=slow_tail_speed(m.e2e_s_per_token, 50),
             tps_user_e2e_p90=slow_tail_speed(m.e2e_s_per_token, 90),
             tps_user_itl_p50=slow_tail_speed(m.tpot, 50), tps_user_itl_p90=slow_tail_speed(m.tpot, 90),
             ttft_breakdown_s={k: v / max(m.completed, 1) for k, v in m.ttft_parts_s.items()},
-            pool_scope="none", valid=validity.valid, invalid_reasons=validity.reasons,
+            pool_scope="none", decode_load=self._decode_load(limits.max_num_seqs, m.output_tokens / span / gpus),
+            valid=validity.valid, invalid_reasons=validity.reasons,
             overflow_share=validity.overflow_share, metric_coverage=validity.metric_coverage,
         )
+
+    def _decode_load(self, max_seqs: int, tok_s_per_gpu: float) -> dict:
+        """Sequences per rank over the window's steps (time-weighted mean and P90, the busiest rank's max), in
+        the P/D report's shape (rackserve/sim/decode_load.py); no capacity figure: prefill shares the steps."""
+        if not self._load:
+            return {}
+        t = np.array([x[0] for x in self._load])
+        seqs = np.array([x[1] for x in self._load])
+        order = np.argsort(seqs)
+        cum = np.cumsum(t[order]) / t.sum()
+        p90 = float(seqs[order][min(int(np.searchsorted(cum, 0.9)), len(order) - 1)])
+        return {"seqs_per_rank_mean": float(np.dot(t, seqs) / t.sum()), "seqs_per_rank_p90": p90,
+                "seqs_per_rank_max": max(x[2] for x in self._load), "max_num_seqs": max_seqs,
+                "tok_s_per_gpu": tok_s_per_gpu, "capacity_tok_s_per_gpu_at_batch": float("nan"),
+                "bound": {"prefill": "aggregated: prompts share the decode steps",
+                          "decode": "aggregated: decode shares the steps with prompts"}}

@@ -113,3 +113,25 @@ def test_drafts_cut_the_models_mtp_positions_keeping_the_pinned_discount():
         with_drafts(v3, 4)
     sc = agg(timing={"optimizations": "baseline", "speculative": {"drafts": 1}})
     assert timing_for(sc).speculation.verify_tokens == 2
+
+
+def test_rackserve_sim_runs_an_aggregated_scenario(tmp_path):
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from rackserve.cli import app
+
+    path = tmp_path / "agg.yaml"
+    path.write_text(yaml.safe_dump({"name": "agg", "timing": TIMING,
+                                    "deployment": {"aggregated": [{"layout": "dep", "ranks": 8}]},
+                                    "sim": {"adp_balance_timeout_iters": 60},
+                                    "workload": {"kind": "uniform", "concurrency": 32, "requests": 64,
+                                                 "prompt_tokens": 2048, "output_tokens": 64}}))
+    res = CliRunner().invoke(app, ["sim", str(path), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "out" / "agg.json").read_text())
+    run = doc["results"][0] if "results" in doc else doc["runs"][0]
+    assert run["completed"] == 64 and run["sizing"]["aggregated"] is True
+    assert 0 < run["decode_load"]["seqs_per_rank_mean"] <= 4  # 32 lanes over 8 ranks
