@@ -121,6 +121,11 @@ class PoolTiers(PoolPut):
                          self.limits.capacity(tier), self._reserved[tier])
 
     @property
+    def held_target_bytes(self) -> int:
+        """Target bytes held in every tier, committed and reserved (O(1), unlike `usage`)."""
+        return sum(self._used.values())
+
+    @property
     def actual_bytes(self) -> int:
         return self._actual_used
 

@@ -92,6 +92,7 @@ class DecodeSide:
             self._release_decode(flight)
             return self._followups(req, now)
         self._decode_waiting[d_idx].add(rank)
+        self.idle_watch.changed(now, "decode", d_idx)
         return self._kick_decode(now, d_idx)
 
     def _decode_steps(self, req: Request) -> int:
@@ -177,6 +178,7 @@ class DecodeSide:
         that follow while the free blocks surely last (priced at the middle step, as the lazy path)."""
         inst = self.decode[idx]
         plans = [sched.schedule() for sched in inst.ranks]
+        self.idle_watch.changed(now, "decode", idx)
         self.metrics.preemptions += sum(len(p.preempted) for p in plans)
         if all(p.empty for p in plans):
             inst.busy, self._leaps[idx] = False, None
@@ -210,6 +212,7 @@ class DecodeSide:
                     waiting.discard(r)
             if waiting and self._windowed:  # admission waits: the KV budget (or max_num_seqs) is full
                 self.decode_load().admission_waits += 1
+        self.idle_watch.changed(now, "decode", idx)
         clock = inst.ranks[0].decoding.clock
         if not clock.seqs:
             inst.busy, self._leaps[idx] = False, None

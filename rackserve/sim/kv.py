@@ -13,6 +13,10 @@ reads and writes its own instance's pool only). Event lag (routing.event_lag_s):
 stores, or a put commits, reaches the router's lookups only `event_lag_s` later (its KV event's
 trip); the ranks themselves find it at once. `truth()` turns the lag off for one lookup (routing
 regret's hindsight).
+
+Leases: a rank's fetch of pooled blocks holds a read lease on them until its bytes have arrived,
+so eviction (kv/pool_tiers.py: LRU at the watermarks) never drops a block being read. The pool's
+working set against its capacity is sampled over time (sim/pool_trace.py).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from rackserve.routing.view import PrefixHit, RankId
 from rackserve.sim.block_keys import BlockKeys
 from rackserve.sim.lru_set import LruSet, prefixes
 from rackserve.sim.pool_paths import PoolPaths
+from rackserve.sim.pool_trace import PoolTrace
 
 
 class RankCache:
@@ -159,6 +164,7 @@ class ClusterKV:
         self._commits: list[tuple[float, int, int]] = []  # (finish time, txn, pool) of puts still crossing
         self._put_chain: dict[tuple[int, int], tuple[Sequence[int], int]] = {}  # (pool, txn) -> (keys, keys before)
         self._lost: dict[int, str] = {}  # block hash -> tier it was dropped from (gone everywhere)
+        self._dropped: set[int] = set()  # blocks a pool dropped, not put again since (working set: not new)
         self._put_failed = [False] * len(self.pools)  # per pool: a put of some block found no room
         self.now = 0.0
         self._truth = False
@@ -166,14 +172,23 @@ class ClusterKV:
         lag = event_lag_s > 0
         self._rank_vis = {key: visibility(event_lag_s) for key in self.caches} if lag else None
         self._pool_vis = [visibility(event_lag_s) for _ in self.pools] if lag else None
+        self._fetch_leases: list[tuple[float, int, int]] = []  # (bytes arrived at, pool, lease id)
+        self.trace = PoolTrace()
 
     def _pool_index(self, rank: RankId) -> int:
         return self._pool_of.get(rank[0], 0)
 
     # ---- time ---------------------------------------------------------------------------------
     def advance(self, now: float) -> None:
-        """Commit every put whose bytes have crossed by `now` (its blocks become visible)."""
+        """Commit every put whose bytes have crossed by `now` (its blocks become visible), release
+        the read leases of fetches that have arrived, sample the pool when due."""
         self.now = max(self.now, now)
+        leases = self._fetch_leases
+        while leases and leases[0][0] <= now:
+            _, i, lease = heapq.heappop(leases)
+            self.pools[i].release(lease)
+        if self.trace.due(now):
+            self._sample(now)
         commits = self._commits
         if not commits or commits[0][0] > now:
             return
@@ -277,6 +292,10 @@ class ClusterKV:
             per_token = self.block_bytes / bs
             ready = max(paths.transfer(now, rank, "pool_hbm", "read", t_phbm * per_token),
                         paths.transfer(now, rank, "pool_dram", "read", t_pdram * per_token))
+        if n_pool and ready > now:  # the blocks being read stay until their bytes have arrived
+            lease = pool.hold(list(rest[:n_pool]), now).lease_id
+            if lease:
+                heapq.heappush(self._fetch_leases, (ready, pi, lease))
         return PrefixHit(t_rank, t_phbm, t_pdram), ready
 
     def _count_lost(self, missed: Sequence[int], keys: BlockKeys, pool: PoolTiers) -> None:
@@ -339,6 +358,10 @@ class ClusterKV:
             lost = self._lost
             if lost:
                 deque(map(lost.__delitem__, lost.keys() & to_write), maxlen=0)
+            again = self._dropped.intersection(to_write) if self._dropped else ()  # put before: not new
+            if again:
+                self._dropped.difference_update(again)
+            self.trace.put(written - len(again) * size)
             if done <= now:
                 pool.commit(res.txn, now, ancestors=ks[:first])
                 if self._pool_vis is not None:
@@ -351,11 +374,27 @@ class ClusterKV:
     def _publish_pool(self, i: int = 0) -> None:
         events, dropped = self.pools[i].drain()  # numbered, not indexed: the index asks the pool itself
         if dropped:
+            self._dropped.update(dropped)
             from_dram = {h for ev in events if ev.kind == "removed" and ev.tier == "pool_dram" for h in ev.block_hashes}
             for h in dropped:
                 self._lost[h] = "pool_dram" if h in from_dram else "pool_hbm"
 
     # ---- report -------------------------------------------------------------------------------
+    def _sample(self, now: float) -> None:
+        held = sum(p.held_target_bytes for p in self.pools)
+        cap = sum(p.limits.hbm_capacity_bytes + p.limits.dram_capacity_bytes for p in self.pools)
+        evicted = sum(n for p in self.pools for t, n in p.counters.evictions.items() if t == "pool_dram")
+        self.trace.record(now, held, cap, evicted)
+
+    def pool_trace(self) -> dict:
+        """The working set against the capacity over time, ending with a sample at `now`."""
+        self._sample(self.now)
+        samples = self.trace.samples
+        return {"period_s": self.trace.period_s, "t_s": [s.t_s for s in samples],
+                "working_set_bytes": [s.working_set_bytes for s in samples],
+                "held_bytes": [s.held_bytes for s in samples], "capacity_bytes": samples[-1].capacity_bytes,
+                "evictions_dropped": [s.evictions for s in samples]}
+
     def pool_occupancy(self) -> dict[str, float]:
         """Held / capacity of each tier, over every pool."""
         out = {}

@@ -196,6 +196,17 @@ class SimResult:
     invalid_reasons: list[str] = field(default_factory=list)
     overflow_share: float = 0.0
     metric_coverage: float = 1.0
+    # Issue 50: idle as operators read it (rackserve/sim/rank_idle.py): per role, the mean share of the
+    # window a rank had nothing to compute while requests waited at another rank of its role (and had
+    # nothing at all), per rank the first; the pool's capacity (every tier) and its working set against
+    # it over time (rackserve/sim/pool_trace.py)
+    prefill_idle_waiting_frac: float = 0.0
+    decode_idle_waiting_frac: float = 0.0
+    prefill_empty_frac: float = 0.0
+    decode_empty_frac: float = 0.0
+    idle_waiting_by_rank: dict[str, float] = field(default_factory=dict)
+    pool_capacity_bytes: float = 0.0
+    pool_trace: dict = field(default_factory=dict)
 
     def to_dict(self, samples: bool = False) -> dict:
         out = asdict(self)

@@ -44,6 +44,8 @@ def build_result(sim: Any, wall_s: float, cpu_s: float) -> SimResult:
     decode_load = decode_load_report(sim.decode_load(), sim.timing, sim.decode, sim.sizing.decode_max_seqs[0],
                                      m.output_tokens, span, prefill_share, sim.sizing.decode_kv_tokens[0])
     validity = run_validity(sim.source, m.completed, m.rejected, sim._sent - sim._done)
+    idle = sim.idle_watch.report(m.window_end_s if m.window_end_s is not None else sim.now, span)
+    trace = sim.kv.pool_trace()
 
     return SimResult(
         scenario=sim.scenario.name, policy=sim.policy, gpus=gpus, arrivals=m.arrivals,
@@ -71,4 +73,7 @@ def build_result(sim: Any, wall_s: float, cpu_s: float) -> SimResult:
         pool_scope=sim.scenario.config.pool.scope,
         decode_load=decode_load, valid=validity.valid, invalid_reasons=validity.reasons,
         overflow_share=validity.overflow_share, metric_coverage=validity.metric_coverage,
+        prefill_idle_waiting_frac=idle["prefill_idle_waiting_frac"], decode_idle_waiting_frac=idle["decode_idle_waiting_frac"],
+        prefill_empty_frac=idle["prefill_empty_frac"], decode_empty_frac=idle["decode_empty_frac"],
+        idle_waiting_by_rank=idle["by_rank"], pool_capacity_bytes=trace["capacity_bytes"], pool_trace=trace,
     )

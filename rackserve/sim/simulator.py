@@ -42,6 +42,7 @@ from rackserve.sim.metrics import Flight, MetricsCollector, SimResult
 from rackserve.sim.pool_paths import PoolPaths
 from rackserve.sim.pool_scope import scoped_pools
 from rackserve.sim.progress import TICK_EVERY, Progress, ProgressTick
+from rackserve.sim.rank_idle import RankIdleWatch
 from rackserve.sim.result import build_result
 from rackserve.sim.scenario import Scenario
 from rackserve.sim.sizing import size_scenario
@@ -134,6 +135,9 @@ class Simulator(DecodeSide):
         self._leaps: list[Leap | None] = [None] * len(self.decode)
         self._decode_waiting: list[set[int]] = [set() for _ in self.decode]  # ranks with waiting seqs
         self._events = 0
+        metrics = self.metrics
+        self.idle_watch = RankIdleWatch(self.prefill, self.decode, lambda: (  # no window while the warm-ups hold it
+            (math.inf, None) if self._awaits_release else (metrics.window_start_s, metrics.window_end_s)))
         self.prefill_kv_wait_s = 0.0  # prefill steps' waits for pooled KV in the window (issue 32)
         # a source that holds its lanes until its warm-ups are done (TraceReplaySource warmup_first)
         # moves the measured window to start from that moment
@@ -307,6 +311,7 @@ class Simulator(DecodeSide):
             self.metrics.rejected += 1
             self._queue_load(flight, (inst.name, rank), -1)
             return self._followups(flight.request, now)
+        self.idle_watch.changed(now, "prefill", p_idx)
         if inst.busy:
             return []
         inst.busy = True  # a kick is pending: later arrivals of this instant only queue
@@ -352,6 +357,7 @@ class Simulator(DecodeSide):
     def _start_prefill_step(self, now: float, idx: int) -> list[Event]:
         inst = self.prefill[idx]
         plans = [r.schedule() for r in inst.ranks]
+        self.idle_watch.changed(now, "prefill", idx)
         if all(p.empty for p in plans):
             inst.busy = False
             return []

@@ -5,6 +5,7 @@ sets explicitly overrides the derived value (and the report says so).
 Decode ranks keep the KV their workload holds at its P99 and lend the rest to the pool
 (decode_held_estimate): lanes per decode rank x the workload's context per request, summed as
 independent requests (normal approximation of the sum: mean n m + 2.33 sqrt(n) s).
+With pool.scope deployment the pool's tiers are the store the deployment configures (sim/pool_scope.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from rackserve.sim.pool_scope import deployment_hosts, deployment_store
 from rackserve.timing.capacity import (
     DeploymentCapacity,
     Limits,
@@ -112,6 +114,8 @@ def size_scenario(scenario) -> Sizing:
     overrides = [f"sim.{k}" for k in ("rank_cache_tokens", "decode_kv_tokens_per_rank", "prefill_chunk_tokens",
                                        "prefill_max_batch_seqs", "decode_max_batch_seqs") if k in given]
     pool_hbm, pool_dram = cap.pool_hbm, cap.pool_dram
+    if cfg.pool.scope == "deployment":
+        pool_hbm, pool_dram = _deployment_store(cfg, hw, cap)
     if "hbm_capacity_bytes" in cfg.pool.model_fields_set:
         pool_hbm = replace(pool_hbm, capacity_bytes=float(cfg.pool.hbm_capacity_bytes))
         overrides.append("pool.hbm_capacity_bytes")
@@ -129,6 +133,22 @@ def size_scenario(scenario) -> Sizing:
         pool_hbm=pool_hbm, pool_dram=pool_dram, kv_bytes_per_token=model.kv_bytes_per_token,
         overrides=tuple(overrides),
     )
+
+
+def _deployment_store(cfg, hw, cap: DeploymentCapacity) -> tuple[PoolPath, PoolPath]:
+    """pool.scope deployment: the store over the deployment's hosts (sim/pool_scope.py), its HBM
+    tier what each decode GPU is configured to lend, at most its spare (the least of the groups')."""
+    dep, pool = cfg.deployment, cfg.pool
+    host_dram = hw.host_dram_bytes_per_tray
+    if pool.segment_bytes_per_host is not None and host_dram is not None and pool.segment_bytes_per_host > host_dram:
+        raise ValueError(f"pool.segment_bytes_per_host: {pool.segment_bytes_per_host / 1e9:,.0f} GB is more than a "
+                         f"{hw.name} host's DRAM ({host_dram / 1e9:,.0f} GB)")
+    per_gpu = lambda groups: [g.gpus for g in groups for _ in range(g.count)]  # noqa: E731
+    hosts = deployment_hosts(per_gpu(dep.prefill), per_gpu(dep.decode), hw.gpus_per_tray)
+    lenders = sum(g.count * g.gpus for g in dep.decode)
+    spare = min((r.lent_bytes for r in cap.decode), default=0.0)
+    return deployment_store(hosts, pool.segment_bytes_per_host, lenders, min(float(pool.hbm_lent_bytes_per_gpu), spare),
+                            cap.pool_hbm, cap.pool_dram)
 
 
 def _overrider(sim, given: set[str]):
