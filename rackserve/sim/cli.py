@@ -17,7 +17,7 @@ from rackserve.sim.cli_args import (
     use_step_store,
 )
 from rackserve.sim.progress import ProgressTick
-from rackserve.sim.report import plot_throughput_vs_speed, plot_ttft_cdf, summary_table, write_json
+from rackserve.sim.report import plot_pool_trace, plot_throughput_vs_speed, plot_ttft_cdf, summary_table, write_json
 from rackserve.sim.run import keep_steps, run_policies, shared_timing
 
 run_app = typer.Typer(add_completion=False)
@@ -77,6 +77,7 @@ def simulate(
     write_json(results, out / f"{sc.name}.json", {"scenario": sc.name, "policies": policies})
     plot_ttft_cdf(results, out / f"{sc.name}-ttft-cdf.png")
     plot_throughput_vs_speed(results, out / f"{sc.name}-throughput-vs-speed.png")
+    plot_pool_trace(results, out / f"{sc.name}-pool.png")
     console.print(f"wrote {out}/{sc.name}.json and plots")
     invalid = [r for r in results if not r.valid]
     for r in invalid:

@@ -28,6 +28,8 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("prefix hit rate (predicted)", "{r.hit_rate:.1%} ({r.predicted_hit_rate:.1%})"),
     ("  rank HBM | pool HBM | pool DRAM", "{h[rank_hbm]:.1%} | {h[pool_hbm]:.1%} | {h[pool_dram]:.1%}"),
     ("rank idle in steps: prefill | decode", "{r.prefill_idle_frac:.1%} | {r.decode_idle_frac:.1%}"),
+    ("rank idle while work waits elsewhere: prefill | decode",
+     "{r.prefill_idle_waiting_frac:.1%} | {r.decode_idle_waiting_frac:.1%}"),
     ("prefill busy (stepping share of the window)", "{r.prefill_util:.1%}"),
     ("decode seqs/rank mean | P90 | max (cap)", "{dl[seqs_per_rank_mean]:.1f} | {dl[seqs_per_rank_p90]:.0f} | "
      "{dl[seqs_per_rank_max]} ({dl[max_num_seqs]})"),
@@ -36,6 +38,7 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("bound: decode", "{dl[bound][decode]}"),
     ("valid (AgentX: overflow <= 1%, coverage >= 95%)", "{valid}"),
     ("pool occupancy HBM | DRAM", "{r.pool_occupancy[pool_hbm]:.1%} | {r.pool_occupancy[pool_dram]:.1%}"),
+    ("pool working set | capacity (GB)", "{ws:,.0f} | {cap:,.0f}"),
     ("evictions rank | pool HBM | pool DRAM", "{e[rank_hbm]} | {e[pool_hbm]} | {e[pool_dram]}"),
     ("recomputed tok: rank | pHBM | pDRAM | in flight", "{rc[rank_hbm]:,} | {rc[pool_hbm]:,} | {rc[pool_dram]:,} | {rc[in_flight]:,}"),
     ("pool path busy: HBM rd | DRAM rd (busiest port)", "{pu[hbm]:.1%} | {pu[dram]:.1%}"),
@@ -62,8 +65,9 @@ def summary_table(results: Sequence[SimResult]) -> Table:
                   "dram": r.pool_path_util.get("pool_dram_read_busiest_port", 0.0)}
             dl = r.decode_load or _NO_LOAD
             valid = "yes" if r.valid else "NO: " + "; ".join(r.invalid_reasons)
+            ws = (r.pool_trace.get("working_set_bytes") or [0.0])[-1] / 1e9
             cells.append(fmt.format(r=r, ms=ms, tp=tp, h=r.hit_rate_by_tier, e=r.evictions, rc=rc, pu=pu, dl=dl,
-                                    valid=valid))
+                                    valid=valid, ws=ws, cap=r.pool_capacity_bytes / 1e9))
         table.add_row(label, *cells)
     return table
 
@@ -99,6 +103,27 @@ def plot_throughput_vs_speed(results: Sequence[SimResult], path: Path) -> None:
     ax.set_xlabel("output tok/s per user, E2E-normalized (AgentX: TTFT counts)")
     ax.set_ylabel("throughput per GPU (input + output tok/s)")
     ax.set_title(f"Throughput vs interactivity: {results[0].scenario}")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_pool_trace(results: Sequence[SimResult], path: Path) -> None:
+    """The pool's working set (solid) and what it holds (dashed) over simulated time, against its
+    capacity (dotted), per policy."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in results:
+        tr = r.pool_trace
+        if not tr.get("t_s"):
+            continue
+        (line,) = ax.plot(tr["t_s"], np.asarray(tr["working_set_bytes"]) / 1e9, label=f"{r.policy} working set")
+        ax.plot(tr["t_s"], np.asarray(tr["held_bytes"]) / 1e9, linestyle="--", color=line.get_color())
+        ax.axhline(r.pool_capacity_bytes / 1e9, linestyle=":", color=line.get_color(), linewidth=1)
+    ax.set_xlabel("simulated s")
+    ax.set_ylabel("GB: working set, held (dashed), capacity (dotted)")
+    ax.set_title(f"KV pool: {results[0].scenario} (pool.scope {results[0].pool_scope})")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()

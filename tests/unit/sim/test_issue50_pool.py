@@ -138,3 +138,20 @@ def test_ranks_left_empty_while_another_rank_queues_count_idle_while_waiting(tim
     assert all(v > 0.3 for k, v in by_rank.items() if k != busy)
     assert piled.prefill_idle_waiting_frac > 2 * spread.prefill_idle_waiting_frac
     assert 0 <= piled.prefill_idle_waiting_frac <= piled.prefill_empty_frac <= 1
+
+
+def test_the_report_shows_the_working_set_against_capacity_and_both_idles(timing, tmp_path):
+    from rich.console import Console
+
+    from rackserve.sim.report import plot_pool_trace, summary_table
+
+    reqs = _conversations()
+    res = Simulator(_store_sc(10**9), timing, "round-robin", ListSource(reqs)).run()
+    console = Console(record=True, width=200)
+    console.print(summary_table([res]))
+    text = console.export_text()
+    ws_gb = res.pool_trace["working_set_bytes"][-1] / 1e9
+    assert "pool working set | capacity (GB)" in text and f"{ws_gb:,.0f} | 2" in text  # 2 hosts x 1 GB
+    assert "rank idle while work waits elsewhere" in text
+    plot_pool_trace([res], tmp_path / "pool.png")
+    assert (tmp_path / "pool.png").stat().st_size > 1000
