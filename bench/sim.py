@@ -16,8 +16,9 @@ ai-dynamo without it (its other requirements, as its 1.6.1 metadata lists them):
 `dynamo.replay` and the frontend / mocker (bench/frontdoor_dynamo.py) import and run without it.
 Without it the Dynamo row is skipped and the JSON says so.
 
-Run: .venv/bin/python bench/sim.py [--rounds 3] [--traces mooncake,agentx] [--group 8] [--memo-requests 200]
-    -> bench/results/sim.json + a table.
+Run: .venv/bin/python bench/sim.py [--rounds 3] [--traces mooncake,agentx] [--group 8] [--memo-requests 200] [--twins]
+    -> bench/results/sim.json + a table. --twins: a third side, ours priced by the numpy twins of the compiled
+    step pricer (rackserve/timing/step_plan.py KERNELS), rotating with the other two.
 Fair timing (issue 51): per trace (the Mooncake one and bench/sim_agentx_trace.py's AgentX conversations as a
 Mooncake trace), `--rounds` rounds of ours in a fresh process (its first run cold: step memo and router tables
 empty; then a second, warm run in the same process) and Dynamo's replay in a fresh process, the side that goes
@@ -244,9 +245,21 @@ def _commit() -> str:
         return "unknown"
 
 
-def cold_then_warm(trace: Path, group: int, policy: str) -> dict:
+def use_twins() -> None:
+    """This process prices steps with the numpy twins of the compiled kernels (rackserve/timing/step_plan.py
+    KERNELS): what an install without a C compiler runs, and this checkout's pricing before issue 51."""
+    from rackserve.timing import step_plan
+
+    for name, (twin, _) in step_plan.KERNELS.items():
+        setattr(step_plan, name, twin)
+
+
+def cold_then_warm(trace: Path, group: int, policy: str, twins: bool = False) -> dict:
     """A user's first run in this (fresh) process, then a second run of the same trace in it (the step
-    memo and router tables filled: warm). The trace is read and hashed before each clock starts."""
+    memo and router tables filled: warm). The trace is read and hashed before each clock starts.
+    `twins`: priced by the numpy twins (use_twins)."""
+    if twins:
+        use_twins()
     sc = scenario(trace, group)
     make, timing = source_factory(sc), timing_for(sc)
     out: dict = {}
@@ -262,32 +275,43 @@ def cold_then_warm(trace: Path, group: int, policy: str) -> dict:
     return out
 
 
-def fresh_ours(root: Path, trace: Path, group: int, policy: str) -> dict:
+def fresh_ours(root: Path, trace: Path, group: int, policy: str, twins: bool = False) -> dict:
     """cold_then_warm in a fresh process on the tree at `root`."""
     env = {**os.environ, "PYTHONPATH": str(root)}
     env.pop("RACKSERVE_STEP_STORE", None)
     code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import sim; "
-            f"print(json.dumps(sim.cold_then_warm(sim.Path({str(trace)!r}), {group}, {policy!r})))")
+            f"print(json.dumps(sim.cold_then_warm(sim.Path({str(trace)!r}), {group}, {policy!r}, {twins})))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root,
                           timeout=1800, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def interleaved(trace: Path, group: int, policy: str, rounds: int) -> dict:
+def interleaved(trace: Path, group: int, policy: str, rounds: int, twins: bool = False) -> dict:
     """`rounds` rounds of ours (a fresh process: cold, then warm) and Dynamo's replay (a fresh process),
-    the side that goes first alternating, each run's load average beside it; medians of the rounds."""
+    the side that goes first rotating, each run's load average beside it; medians of the rounds. `twins`:
+    also ours priced by the numpy twins (use_twins) in a fresh process of its own, a third side."""
+    sides = ["ours", "dynamo"] + (["ours_numpy_twins"] if twins else [])
+    run = {"ours": lambda: fresh_ours(ROOT, trace, group, policy), "dynamo": lambda: run_dynamo(trace),
+           "ours_numpy_twins": lambda: fresh_ours(ROOT, trace, group, policy, twins=True)}
     rows = []
     for i in range(rounds):
         row: dict = {"round": i}
-        for side in (("ours", "dynamo") if i % 2 == 0 else ("dynamo", "ours")):
-            row[side] = fresh_ours(ROOT, trace, group, policy) if side == "ours" else run_dynamo(trace)
+        for side in sides[i % len(sides):] + sides[:i % len(sides)]:
+            row[side] = run[side]()
             row[f"load_average_1m_after_{side}"] = os.getloadavg()[0]
         rows.append(row)
     med = statistics.median
-    ours = {f"{which}_{kind}_ms_per_request": med(r["ours"][which][f"{kind}_ms_per_request"] for r in rows)
-            for which in ("cold", "warm") for kind in ("cpu", "wall")}
+
+    def medians(side: str) -> dict:
+        return {f"{which}_{kind}_ms_per_request": med(r[side][which][f"{kind}_ms_per_request"] for r in rows)
+                for which in ("cold", "warm") for kind in ("cpu", "wall")}
+
+    ours = medians("ours")
     out = {"trace": str(trace), "requests": rows[0]["ours"]["requests"], "rounds": rows, "ours": ours,
            "load_average_1m": [r[k] for r in rows for k in r if k.startswith("load_average")]}
+    if twins:
+        out["ours_numpy_twins"] = medians("ours_numpy_twins")
+        out["compiled_over_twins"] = {k: ours[k] / out["ours_numpy_twins"][k] for k in ours}
     if rows[0]["dynamo"] is None:
         out["dynamo"] = None
         return out
@@ -309,12 +333,14 @@ def main() -> None:
     ap.add_argument("--traces", default="mooncake,agentx")
     ap.add_argument("--group", type=int, default=8, help="kv_block_multiple of ours (8: the headline)")
     ap.add_argument("--memo-requests", type=int, default=200, help="requests of the step memo's error check (0: none)")
+    ap.add_argument("--twins", action="store_true", help="also ours priced by the numpy twins (a third side)")
     args = ap.parse_args()
     policy = "least-uncached-work"
     names = args.traces.split(",")
-    traces = {name: interleaved(TRACES[name](), args.group, policy, args.rounds) for name in names}
+    traces = {name: interleaved(TRACES[name](), args.group, policy, args.rounds, args.twins) for name in names}
     load = os.getloadavg()
-    result = {"command": f"python bench/sim.py --rounds {args.rounds} --traces {args.traces} --group {args.group}",
+    result = {"command": f"python bench/sim.py --rounds {args.rounds} --traces {args.traces} --group {args.group}"
+                         + (" --twins" if args.twins else ""),
               "commit": _commit(), "cpus": os.cpu_count(), "load_average_1m_at_end": load[0],
               "protocol": "per trace, rounds of ours (a fresh process: its first run cold, then a warm run) and "
                           "Dynamo's replay (a fresh process), alternating which goes first; medians of the rounds; "
@@ -341,6 +367,12 @@ def main() -> None:
                       f"{d['cpu_ms_per_request']:.3f}" if d else "-", f"{r['cold_cpu']:.2f}x" if d else "-",
                       f"{r['warm_cpu']:.2f}x" if d else "-", f"{o['cold_wall_ms_per_request']:.3f}",
                       f"{o['warm_wall_ms_per_request']:.3f}", f"{d['wall_ms_per_request']:.3f}" if d else "-")
+    for name, t in traces.items():
+        if "ours_numpy_twins" in t:
+            o = t["ours_numpy_twins"]
+            table.add_row(f"{name}, numpy twins", f"{t['requests']:,}", f"{o['cold_cpu_ms_per_request']:.3f}",
+                          f"{o['warm_cpu_ms_per_request']:.3f}", "", "", "", f"{o['cold_wall_ms_per_request']:.3f}",
+                          f"{o['warm_wall_ms_per_request']:.3f}", "")
     Console(width=160).print(table)
     if "peer_missing" in result:
         print(result["peer_missing"], file=sys.stderr)
