@@ -115,7 +115,7 @@ class _Watch:
 
 @dataclass
 class Supervised:
-    """Anything with a liveness check and a restart (a Child, the embedded Redis)."""
+    """Anything with a liveness check and a restart (a Child, the Ray head, the embedded Redis)."""
 
     name: str
     alive: Callable[[], bool]
@@ -205,7 +205,9 @@ class Supervisor:
         except Exception as exc:  # counted as its own failure on the next tick
             self.log(f"rackserve up: restarting {item.name} failed: {exc}")
             return
-        self.log(f"rackserve up: {needed.name} is back, {item.name} restarted (restart {watch.restarts})")
+        self.log(
+            f"rackserve up: {needed.name} is back, {item.name} restarted (restart {watch.restarts})"
+        )
 
 
 def stop_all(children: list[Child], grace_s: float = STOP_GRACE_S) -> None:
