@@ -246,12 +246,13 @@ def _commit() -> str:
 
 
 def use_twins() -> None:
-    """This process prices steps with the numpy twins of the compiled kernels (rackserve/timing/step_plan.py
-    KERNELS): what an install without a C compiler runs, and this checkout's pricing before issue 51."""
-    from rackserve.timing import step_plan
+    """This process prices steps with the numpy twins of the compiled kernels (KERNELS of rackserve/timing/
+    step_plan.py and step_assemble.py): what an install without a C compiler runs, and the pricing before issue 51."""
+    from rackserve.timing import step_assemble, step_plan
 
-    for name, (twin, _) in step_plan.KERNELS.items():
-        setattr(step_plan, name, twin)
+    for module in (step_plan, step_assemble):
+        for name, (twin, _) in module.KERNELS.items():
+            setattr(module, name, twin)
 
 
 def cold_then_warm(trace: Path, group: int, policy: str, twins: bool = False) -> dict:

@@ -370,6 +370,103 @@ done:
     return result;
 }
 
+/* critical(kvs, transfer, attn_totals, moe_totals, both): a step's critical rank from its layer groups'
+ * per-rank (attention, indexer) times kvs (a sequence of [R, 2] buffers), its pool transfers (None or
+ * [R]) and its token bundles' attention-part and MoE-part totals (sequences of [R] buffers), in
+ * step_assemble's order: kv = kvs summed, attn = kv[:, 0] + kv[:, 1] (+ transfer) + each attention total,
+ * moe = the MoE totals summed. Writes attn + moe into both [R]; returns (ra, idle, kv[ra, 0], kv[ra, 1])
+ * with ra = argmax(attn) (its first) and idle = attn[ra] <= 0 and max(moe) <= 0. */
+#define MAX_PARTS 8
+static PyObject *critical(PyObject *module, PyObject *args) {
+    PyObject *kvs_obj, *transfer_obj, *attn_obj, *moe_obj;
+    Py_buffer both, bufs[3 * MAX_PARTS + 1];
+    int held = 0;
+    if (!PyArg_ParseTuple(args, "OOOOw*:critical", &kvs_obj, &transfer_obj, &attn_obj, &moe_obj, &both)) return NULL;
+    PyObject *result = NULL, *kvs = NULL, *attns = NULL, *moes = NULL;
+    double *attn = NULL;
+    Py_ssize_t R = both.len / 8;
+    kvs = PySequence_Fast(kvs_obj, "critical: kvs must be a sequence");
+    attns = kvs ? PySequence_Fast(attn_obj, "critical: attn_totals must be a sequence") : NULL;
+    moes = attns ? PySequence_Fast(moe_obj, "critical: moe_totals must be a sequence") : NULL;
+    if (!moes) goto done;
+    Py_ssize_t G = PySequence_Fast_GET_SIZE(kvs), B = PySequence_Fast_GET_SIZE(attns);
+    if (G < 1 || G > MAX_PARTS || B < 1 || B > MAX_PARTS || PySequence_Fast_GET_SIZE(moes) != B || R < 1) {
+        PyErr_SetString(PyExc_ValueError, "critical: 1..8 layer groups and bundles, at least one rank");
+        goto done;
+    }
+    /* every input as (base, stride between ranks, stride between columns) in bytes */
+    const char *base[3 * MAX_PARTS + 1];
+    Py_ssize_t rs[3 * MAX_PARTS + 1], cs[3 * MAX_PARTS + 1];
+    PyObject *const *items[3] = {PySequence_Fast_ITEMS(kvs), PySequence_Fast_ITEMS(attns), PySequence_Fast_ITEMS(moes)};
+    Py_ssize_t counts[3] = {G, B, B};
+    int ndims[3] = {2, 1, 1};
+    for (int w = 0; w < 4; w++) {
+        Py_ssize_t count = w < 3 ? counts[w] : (transfer_obj != Py_None);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *obj = w < 3 ? items[w][i] : transfer_obj;
+            Py_buffer *b = &bufs[held];
+            if (PyObject_GetBuffer(obj, b, PyBUF_STRIDES | PyBUF_FORMAT) < 0) goto done;
+            held++;
+            int nd = w < 3 ? ndims[w] : 1;
+            if (b->ndim != nd || b->itemsize != 8 || (b->format && strcmp(b->format, "d") != 0) || b->shape[0] != R
+                || (nd == 2 && b->shape[1] != 2)) {
+                PyErr_SetString(PyExc_ValueError, "critical: inputs must be float64 [R, 2] (kvs) or [R]");
+                goto done;
+            }
+            base[held - 1] = (const char *)b->buf;
+            rs[held - 1] = b->strides[0];
+            cs[held - 1] = nd == 2 ? b->strides[1] : 0;
+        }
+    }
+    #define AT(k, r, c) (*(const double *)(base[k] + (r) * rs[k] + (c) * cs[k]))
+    attn = (double *)malloc(sizeof(double) * (size_t)(3 * R));
+    if (!attn) { PyErr_NoMemory(); goto done; }
+    double *k0 = attn + R, *k1 = k0 + R, *o = (double *)both.buf;
+    int tr = transfer_obj != Py_None ? (int)(G + 2 * B) : -1;
+    Py_ssize_t ra = 0;
+    double moe_max = 0.0;
+    for (Py_ssize_t r = 0; r < R; r++) {
+        double a0 = AT(0, r, 0), a1 = AT(0, r, 1);
+        for (Py_ssize_t g = 1; g < G; g++) { a0 = a0 + AT(g, r, 0); a1 = a1 + AT(g, r, 1); }
+        k0[r] = a0; k1[r] = a1;
+        double a = a0 + a1;
+        if (tr >= 0) a = a + AT(tr, r, 0);
+        double m = AT(G + B, r, 0);
+        for (Py_ssize_t b = 0; b < B; b++) a = a + AT(G + b, r, 0);
+        for (Py_ssize_t b = 1; b < B; b++) m = m + AT(G + B + b, r, 0);
+        attn[r] = a;
+        o[r] = a + m;
+        if (r == 0 || m > moe_max) moe_max = m;
+        if (a > attn[ra]) ra = r;
+    }
+    #undef AT
+    int idle = attn[ra] <= 0 && moe_max <= 0;
+    result = Py_BuildValue("nNdd", ra, PyBool_FromLong(idle), k0[ra], k1[ra]);
+done:
+    free(attn);
+    for (int i = 0; i < held; i++) PyBuffer_Release(&bufs[i]);
+    Py_XDECREF(kvs); Py_XDECREF(attns); Py_XDECREF(moes);
+    PyBuffer_Release(&both);
+    return result;
+}
+
+/* capped(values, cap): tuple(min(v, cap) for v in values) as np.minimum(values, cap).tolist() gives it */
+static PyObject *capped(PyObject *module, PyObject *args) {
+    Py_buffer v;
+    double cap;
+    if (!PyArg_ParseTuple(args, "y*d:capped", &v, &cap)) return NULL;
+    Py_ssize_t n = v.len / 8;
+    const double *x = (const double *)v.buf;
+    PyObject *out = PyTuple_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *f = PyFloat_FromDouble(np_min(x[i], cap));
+        if (!f) { Py_CLEAR(out); break; }
+        PyTuple_SET_ITEM(out, i, f);
+    }
+    PyBuffer_Release(&v);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"features", features, METH_VARARGS,
      "features(out, q, end, starts, nonempty, zeros, consts): a layer group's per-rank context features"},
@@ -379,6 +476,9 @@ static PyMethodDef methods[] = {
      "decode_z(out, cached, k, starts, active, caps, dmap, d_omo, d_out): single-token decode per-rank totals"},
     {"rank_rows", rank_rows, METH_VARARGS,
      "rank_rows(out, new, cached, sizes, gidx, consts, caps, maps, weights, omo, overhead, gather): prefill rows"},
+    {"critical", critical, METH_VARARGS,
+     "critical(kvs, transfer, attn_totals, moe_totals, both): (ra, idle, a_t, i_t) of a step, attn + moe into both"},
+    {"capped", capped, METH_VARARGS, "capped(values, cap): tuple(min(v, cap) for v in values)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -91,3 +91,15 @@ def _rows_of(plan: StepPlan, items: list, gp: GroupPlan) -> np.ndarray:
                       sizes, gidx, gp.packed, caps, maps, weights, gp.omo, gp.overhead,
                       gp.gather if gp.has_gather else None)
     return out
+
+
+def critical(kvs, transfer, attn_totals, moe_totals) -> tuple:
+    """step_assemble._critical: (ra, idle, a_t, i_t, attention + MoE part per rank)."""
+    both = np.empty(attn_totals[0].shape[0])
+    ra, idle, a_t, i_t = _pricer.critical(kvs, transfer, attn_totals, moe_totals, both)
+    return ra, idle, a_t, i_t, both
+
+
+def busy(both: np.ndarray, total: float) -> tuple:
+    """step_assemble._busy: tuple(min(x, total))."""
+    return _pricer.capped(both, total)

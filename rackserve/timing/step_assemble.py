@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rackserve.timing import pricer
 from rackserve.timing.batch import StepCost
 from rackserve.timing.layout import Layout
 from rackserve.timing.parts import Bundle, label
@@ -13,16 +14,9 @@ from rackserve.timing.plan_features import Group
 
 def _assemble_one(g: Group, bundle: Bundle, transfer, lay: Layout) -> StepCost:
     """_assemble of a step of one layer group (decode): the same operations, fewer of them."""
-    kv = g.kv
-    attn = kv[:, 0] + kv[:, 1]
-    if transfer is not None:
-        attn = attn + transfer
-    attn = attn + bundle.attn_total
-    moe = bundle.moe_total
-    ra = int(attn.argmax())
-    if attn[ra] <= 0 and moe.max() <= 0:
+    ra, idle, a_t, i_t, both = critical((g.kv,), transfer, (bundle.attn_total,), (bundle.moe_total,))
+    if idle:
         return StepCost(0.0, {}, (0.0,) * lay.dp, {})
-    a_t, i_t = kv[ra].tolist()
     a_c, i_c, a_m, i_m = g.cm_list(ra)
     values, labels = bundle.rank_tail(ra)
     if transfer is None:
@@ -44,25 +38,14 @@ def _assemble_one(g: Group, bundle: Bundle, transfer, lay: Layout) -> StepCost:
         breakdown.update(values)
         bound.update(labels)
     total = sum(breakdown.values())
-    return StepCost(total, breakdown, tuple(np.minimum(attn + moe, total).tolist()), bound)
+    return StepCost(total, breakdown, busy(both, total), bound)
 
 
 def _assemble(groups, bundles: list[Bundle], transfer, lay: Layout) -> StepCost:
-    kv = groups[0].kv
-    for g in groups[1:]:
-        kv = kv + g.kv
-    attn = kv[:, 0] + kv[:, 1]
-    if transfer is not None:
-        attn = attn + transfer
-    moe = bundles[0].moe_total
-    for b in bundles:
-        attn = attn + b.attn_total
-    for b in bundles[1:]:
-        moe = moe + b.moe_total
-    ra = int(attn.argmax())
-    if attn[ra] <= 0 and moe.max() <= 0:
+    ra, idle, a_t, i_t, both = critical([g.kv for g in groups], transfer, [b.attn_total for b in bundles],
+                                        [b.moe_total for b in bundles])
+    if idle:
         return StepCost(0.0, {}, (0.0,) * lay.dp, {})
-    a_t, i_t = kv[ra].tolist()
     if len(groups) == 1:
         a_c, i_c, a_m, i_m = groups[0].cm_list(ra)
     else:
@@ -82,8 +65,7 @@ def _assemble(groups, bundles: list[Bundle], transfer, lay: Layout) -> StepCost:
     breakdown.update(values)
     bound.update(labels)
     total = sum(breakdown.values())
-    busy = np.minimum(attn + moe, total)
-    return StepCost(total, breakdown, tuple(busy.tolist()), bound)
+    return StepCost(total, breakdown, busy(both, total), bound)
 
 
 def _merged_tail(bundles: list[Bundle], ra: int) -> tuple[dict[str, float], dict[str, str]]:
@@ -108,3 +90,35 @@ def _merged_tail(bundles: list[Bundle], ra: int) -> tuple[dict[str, float], dict
             labels.setdefault(name, b.crit_bound[name])
     bundles[0]._rank_views[key] = (bundles[1:], values, labels)
     return values, labels
+
+
+def _critical(kvs, transfer, attn_totals, moe_totals) -> tuple:
+    """The critical rank of a step from its layer groups' (attention, indexer) times per rank `kvs`, its
+    pool transfers (None where none) and its bundles' attention- and MoE-part totals: (ra, idle, its
+    attention and indexer times, attention + MoE part per rank), idle where no rank has any time."""
+    kv = kvs[0]
+    for k in kvs[1:]:
+        kv = kv + k
+    attn = kv[:, 0] + kv[:, 1]
+    if transfer is not None:
+        attn = attn + transfer
+    moe = moe_totals[0]
+    for a in attn_totals:
+        attn = attn + a
+    for m in moe_totals[1:]:
+        moe = moe + m
+    ra = int(attn.argmax())
+    idle = bool(attn[ra] <= 0 and moe.max() <= 0)
+    a_t, i_t = kv[ra].tolist()
+    return ra, idle, a_t, i_t, attn + moe
+
+
+def _busy(both: np.ndarray, total: float) -> tuple:
+    """Each rank's busy time: its attention + MoE part, at most the step's."""
+    return tuple(np.minimum(both, total).tolist())
+
+
+# name -> (numpy twin, compiled kernel), as step_plan.KERNELS: the compiled ones where timing/_pricer.c is built
+KERNELS = {"critical": (_critical, pricer.critical), "busy": (_busy, pricer.busy)}
+critical = KERNELS["critical"][1 if pricer.AVAILABLE else 0]
+busy = KERNELS["busy"][1 if pricer.AVAILABLE else 0]

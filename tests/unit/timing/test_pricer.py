@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from rackserve.sim.run import timing_for
 from rackserve.timing import RankBatch, StepBatch, StepCost, TimingModel, pricer
+from rackserve.timing import step_assemble as sa
 from rackserve.timing import step_plan as sp
 
 pytestmark = pytest.mark.skipif(not pricer.AVAILABLE, reason="timing/_pricer.c not built (no C compiler)")
@@ -27,15 +28,16 @@ PRICED = ("step_time", "decode_token_time", "mixed_token_time", "verify_step_tim
 
 @contextmanager
 def twins():
-    """step_plan prices with its numpy twins inside (the reference)."""
-    chosen = {name: getattr(sp, name) for name in sp.KERNELS}
+    """step_plan and step_assemble price with their numpy twins inside (the reference)."""
+    chosen = [(mod, name, getattr(mod, name)) for mod in (sp, sa) for name in mod.KERNELS]
     try:
-        for name, (twin, _) in sp.KERNELS.items():
-            setattr(sp, name, twin)
+        for mod in (sp, sa):
+            for name, (twin, _) in mod.KERNELS.items():
+                setattr(mod, name, twin)
         yield
     finally:
-        for name, kernel in chosen.items():
-            setattr(sp, name, kernel)
+        for mod, name, kernel in chosen:
+            setattr(mod, name, kernel)
 
 
 def close(a: float, b: float) -> bool:
@@ -135,6 +137,23 @@ def test_kernels_match_the_numpy_twins(counts, seed, decode):
             items = [(int(rng.integers(0, len(plan.groups))), RankBatch(new[s:s + c], cached[s:s + c]))
                      for s, c in zip(starts.tolist(), counts, strict=True)]
             assert not mismatches(pricer.rank_rows(plan, items), sp._rank_rows(plan, items), "rank rows")
+
+
+@settings(max_examples=200, deadline=None)
+@given(ranks=st.integers(1, 16), groups=st.integers(1, 3), seed=st.integers(0, 2**32 - 1), transfer=st.booleans(),
+       idle=st.booleans())
+def test_critical_rank_matches_the_numpy_twin(ranks, groups, seed, transfer, idle):
+    rng = np.random.default_rng(seed)
+    scale = 0.0 if idle else 1e-3
+    kvs = [rng.random((ranks, 8))[:, 2:4] * scale for _ in range(groups)]  # strided, as prefill rows give them
+    attn = [rng.random(ranks) * scale for _ in range(groups)]
+    moe = [rng.random(ranks) * scale for _ in range(groups)]
+    tr = rng.random(ranks) * scale if transfer else None
+    got, want = pricer.critical(kvs, tr, attn, moe), sa._critical(kvs, tr, attn, moe)
+    assert got[:4] == want[:4]
+    assert got[4].tobytes() == want[4].tobytes()
+    total = float(rng.random() * 3e-3)
+    assert pricer.busy(got[4], total) == sa._busy(want[4], total)
 
 
 class Recorder:
