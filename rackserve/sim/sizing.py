@@ -135,6 +135,15 @@ def size_scenario(scenario) -> Sizing:
     )
 
 
+def store_capacity(config) -> tuple[int, int]:
+    """(spare HBM, DRAM) target bytes of the pool a deployment config sizes, as the simulator does
+    (the live pool service's tiers under pool.scope deployment; explicit pool.*_capacity_bytes win)."""
+    from rackserve.sim.scenario import Scenario, SimSettings
+
+    sz = size_scenario(Scenario("live", config, None, SimSettings()))  # type: ignore[arg-type]  # no workload: worst-case decode KV
+    return int(sz.pool_hbm.capacity_bytes), int(sz.pool_dram.capacity_bytes)
+
+
 def _deployment_store(cfg, hw, cap: DeploymentCapacity) -> tuple[PoolPath, PoolPath]:
     """pool.scope deployment: the store over the deployment's hosts (sim/pool_scope.py), its HBM
     tier what each decode GPU is configured to lend, at most its spare (the least of the groups')."""

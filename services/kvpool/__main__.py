@@ -13,9 +13,11 @@ import logging
 import signal
 import sys
 import threading
+from dataclasses import replace
 
 from rackserve.config import Config, load_config
 from rackserve.kv.pool_tiers import PoolLimits
+from rackserve.sim.sizing import store_capacity
 from rackserve.timing.spec import load_model
 from services.kvevents import STREAM
 from services.kvpool.keys import DEFAULT_PREFIX
@@ -54,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     embedded = None if redis_url else RedisServer().start()
     redis_url = redis_url or embedded.url  # type: ignore[union-attr]
     limits = PoolLimits.from_config(config.pool, target_block_bytes(config))
+    if config.pool.scope == "deployment":  # the store over the deployment's hosts (rackserve/sim/pool_scope.py)
+        hbm, dram = store_capacity(config)
+        limits = replace(limits, hbm_capacity_bytes=hbm, dram_capacity_bytes=dram)
     server = PoolServer(limits, PoolOptions(redis_url, args.key_prefix, args.event_stream),
                         host=args.host, port=args.port).start()
     metrics, metrics_port = serve_metrics(server.servicer, args.metrics_port, args.host)
