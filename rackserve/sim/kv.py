@@ -389,11 +389,7 @@ class ClusterKV:
     def pool_trace(self) -> dict:
         """The working set against the capacity over time, ending with a sample at `now`."""
         self._sample(self.now)
-        samples = self.trace.samples
-        return {"period_s": self.trace.period_s, "t_s": [s.t_s for s in samples],
-                "working_set_bytes": [s.working_set_bytes for s in samples],
-                "held_bytes": [s.held_bytes for s in samples], "capacity_bytes": samples[-1].capacity_bytes,
-                "evictions_dropped": [s.evictions for s in samples]}
+        return self.trace.to_dict()
 
     def pool_occupancy(self) -> dict[str, float]:
         """Held / capacity of each tier, over every pool."""

@@ -20,10 +20,6 @@ class PoolSample:
     capacity_bytes: float
     evictions: int
 
-    def to_dict(self) -> dict:
-        return {"t_s": self.t_s, "working_set_bytes": self.working_set_bytes, "held_bytes": self.held_bytes,
-                "capacity_bytes": self.capacity_bytes, "evictions": self.evictions}
-
 
 class PoolTrace:
     """Samples of a pool (or of every pool of a scope, summed); `due(now)` is O(1)."""
@@ -44,3 +40,10 @@ class PoolTrace:
     def record(self, now: float, held_bytes: float, capacity_bytes: float, evictions: int) -> None:
         self.samples.append(PoolSample(now, self.working_set_bytes, held_bytes, capacity_bytes, evictions))
         self._next_s = (now // self.period_s + 1) * self.period_s
+
+    def to_dict(self) -> dict:
+        """The samples as columns (the result's pool_trace); capacity is the last sample's."""
+        s = self.samples
+        return {"period_s": self.period_s, "t_s": [x.t_s for x in s],
+                "working_set_bytes": [x.working_set_bytes for x in s], "held_bytes": [x.held_bytes for x in s],
+                "capacity_bytes": s[-1].capacity_bytes if s else 0.0, "evictions_dropped": [x.evictions for x in s]}
