@@ -142,6 +142,10 @@ PURPOSES: tuple[Purpose, ...] = (
                "agentx-3dep2-wideep (issue 32)", headlines.scope_by_policy),
         Result("bench/results/pool/scope_by_policy_4800.json", f"{PY} bench/pool/scope_by_policy.py --lanes 4800 "
                "--start-s 60 --window-s 900", "the same at 4,800 lanes (saturated)", headlines.scope_by_policy),
+        Result("bench/results/pool/capacity_sweep.json", f"{PY} bench/pool/capacity_sweep.py --lanes 1536,4800 "
+               "--start-s 60 --window-s 300 (page: --render)", "pool.scope deployment: store capacity from holding "
+               "everything to a tenth of the working set x routing policy on agentx-3dep2-wideep (issue 50; "
+               "docs/pool-capacity.md)", headlines.capacity_sweep),
     )),
     Purpose("engine", "bench/engine/", "The numpy MoE engine and the Engram table.", (
         Result("bench/results/engine/numpy_vs_torch.json", f"{PY} bench/engine/numpy_vs_torch.py --threads 1",
@@ -163,9 +167,8 @@ PURPOSES: tuple[Purpose, ...] = (
                "--url http://127.0.0.1:8000", "`rackserve bench`'s own ceiling against an instant endpoint and the "
                "cluster's rate", headlines.bench_client, "not the bottleneck"),
     )),
-    Purpose("faults", "bench/faults/", "The cluster under faults, KV pressure, overload and a long soak. "
-            "bench/chaos.py and its result stay at the top level until the Ray-head work of issue 49 lands.", (
-        Result("bench/results/chaos.json", f"flock /tmp/rackserve-ray.lock {PY} bench/chaos.py",
+    Purpose("faults", "bench/faults/", "The cluster under faults, KV pressure, overload and a long soak.", (
+        Result("bench/results/faults/chaos.json", f"flock /tmp/rackserve-ray.lock {PY} bench/faults/chaos.py",
                "each process killed once under load: completed, migrated, lost, time until serving again "
                "(the README's failure table)", headlines.chaos, "nothing lost"),
         Result("bench/results/faults/kv_pressure.json", f"flock /tmp/rackserve-ray.lock {PY} bench/faults/kv_pressure.py",

@@ -16,7 +16,7 @@ from rackserve.routing.view import NoRankAvailable
 INTERNAL = "internal error; retry the request (details in the router log)"
 BUSY = "server busy; retry the request"
 # Every message of a retryable answer (429/503 or an in-band stream error), this module's and the
-# admission queue's (services/router/admission.py); docs/operating.md lists them and bench/chaos.py
+# admission queue's (services/router/admission.py); docs/operating.md lists them and bench/faults/chaos.py
 # judges each error it meets against them.
 RETRYABLE = tuple(
     re.compile(p)

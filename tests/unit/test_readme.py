@@ -1,6 +1,6 @@
 """The README stays a front door (issue 34): at most 250 lines, no prose line over 120 characters
 (code blocks and tables aside), every link to a page that exists, the two set-up commands, and a
-failure table that is bench/results/chaos.json's, not hand-copied figures."""
+failure table that is bench/results/faults/chaos.json's, not hand-copied figures."""
 
 from __future__ import annotations
 
@@ -53,9 +53,9 @@ def test_the_two_commands_and_the_generated_blocks_are_there() -> None:
 
 
 def test_failure_table_is_the_chaos_results() -> None:
-    spec = importlib.util.spec_from_file_location("bench_chaos", ROOT / "bench" / "chaos.py")
+    spec = importlib.util.spec_from_file_location("bench_chaos", ROOT / "bench" / "faults" / "chaos.py")
     chaos = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(chaos)
-    result = json.loads((ROOT / "bench" / "results" / "chaos.json").read_text())
+    result = json.loads((ROOT / "bench" / "results" / "faults" / "chaos.json").read_text())
     block = README.read_text().split(chaos.BEGIN, 1)[1].split(chaos.END, 1)[0]
-    assert block.strip() == chaos.render(result).strip(), "run: .venv/bin/python bench/chaos.py --render"
+    assert block.strip() == chaos.render(result).strip(), "run: .venv/bin/python bench/faults/chaos.py --render"

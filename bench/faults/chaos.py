@@ -5,8 +5,8 @@ completed (token-for-token the fault-free text), migrated, ended with a clean re
 were lost, how long until serving again and until /ready was true again; then Ctrl-C. Same code as
 tests/integration/reliability/test_chaos.py (tests/integration/reliability/chaos.py).
 
-    flock /tmp/rackserve-ray.lock .venv/bin/python bench/chaos.py
-writes bench/results/chaos.json, prints a table and rewrites the README's failure table (the block
+    flock /tmp/rackserve-ray.lock .venv/bin/python bench/faults/chaos.py
+writes bench/results/faults/chaos.json, prints a table and rewrites the README's failure table (the block
 between `<!-- chaos:begin -->` and `<!-- chaos:end -->`) from it; `--render` only rewrites the
 block from the JSON already there (tests/unit/test_readme.py checks they agree).
 """
@@ -24,13 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.integration.reliability import chaos as run  # noqa: E402
 
-RESULT = Path(__file__).parent / "results" / "chaos.json"
-README = Path(__file__).resolve().parent.parent / "README.md"
-BEGIN, END = "<!-- chaos:begin (bench/chaos.py) -->", "<!-- chaos:end -->"
+RESULT = Path(__file__).resolve().parents[1] / "results" / "faults" / "chaos.json"
+README = Path(__file__).resolve().parents[2] / "README.md"
+BEGIN, END = "<!-- chaos:begin (bench/faults/chaos.py) -->", "<!-- chaos:end -->"
 FAULT_NAMES = {"rank_actor": "decode rank actor", "decode": "decode service",
                "prefill": "prefill service", "router": "router", "redis": "Redis",
                "ray_head": "Ray head (GCS)"}
@@ -88,7 +88,7 @@ def main() -> None:
             launcher.stop()
         shutil.rmtree(tmp, ignore_errors=True)  # the cluster's config and logs
     result = {
-        "command": "flock /tmp/rackserve-ray.lock .venv/bin/python bench/chaos.py",
+        "command": "flock /tmp/rackserve-ray.lock .venv/bin/python bench/faults/chaos.py",
         "machine": {"cpus": os.cpu_count(), "load_1m": os.getloadavg()[0], "python": platform.python_version()},
         "config": run.CONFIG,
         "clients": run.CLIENTS,
