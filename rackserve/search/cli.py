@@ -194,7 +194,7 @@ def sensitivity(
     doc = sens.sensitivity(*racks)
     if confirm:
         doc["confirmed"] = conf.confirm(doc, racks, frontiers, confirm, target)
-    sens.write(doc, out)
+    sens.write(doc, out, conf.markdown(doc["confirmed"]) if confirm else "")
     for row in doc["rows"][:10]:
         print(f"{row['rack']:>14}  {row['param']:<48} {row['max_abs_move']:+.1%}")
     print(f"wrote {out / 'sensitivity.json'} and {out / 'sensitivity.md'}")
