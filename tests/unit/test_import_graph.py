@@ -18,8 +18,12 @@ PACKAGES = ("rackserve", "services")
 
 
 def module_files(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
+    """Python modules, and the C extensions setup.py builds (rackserve/**/_*.c: leaves that import no
+    project module), so importing an extension is not an import of its package."""
     mods = {}
     for pkg in packages:
+        for path in (root / pkg).rglob("_*.c"):
+            mods[".".join(path.relative_to(root).with_suffix("").parts)] = path
         for path in (root / pkg).rglob("*.py"):
             parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
@@ -73,7 +77,7 @@ def _walk(body: list[ast.stmt], deferred: bool):
 def cycles(root: Path, packages: tuple[str, ...], deferred: bool) -> list[list[str]]:
     """Every strongly connected component of more than one module (Tarjan), sorted."""
     mods = module_files(root, packages)
-    graph = {m: sorted(imports_of(m, p, mods, deferred)) for m, p in mods.items()}
+    graph = {m: ([] if p.suffix == ".c" else sorted(imports_of(m, p, mods, deferred))) for m, p in mods.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
