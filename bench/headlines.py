@@ -49,12 +49,17 @@ def validate_fit(d: dict) -> str:
 
 # -- simulator -------------------------------------------------------------------------------------
 def sim(d: dict) -> str:
-    ours = d["ours"][-1]
-    dyn = d["dynamo_replay"]
-    return (f"{d['commit']}, {ours['requests']:,} Mooncake requests, {ours['group_blocks']}-block groups: cold in a "
-            f"fresh process {ours['fresh_cold_ms_per_request']:.3f} ms/request, warm {ours['warm_ms_per_request']:.3f}; "
-            f"Dynamo's replay {dyn['ms_per_request']:.3f} (warm {d['ratio_ours_warm_over_dynamo'][-1]:.2f}x, "
-            f"cold {d['ratio_ours_fresh_cold_over_dynamo'][-1]:.2f}x; goal {d['goal_ms_per_request']} ms/request)")
+    """bench/sim.py's interleaved rounds (issue 51): per trace, our cold and warm CPU ms per request, Dynamo's."""
+    parts = []
+    for name, t in d["traces"].items():
+        ours, dyn = t["ours"], t.get("dynamo")
+        peer = (f"Dynamo {dyn['cpu_ms_per_request']:.3f} (cold {ours['cold_cpu_ms_per_request'] / dyn['cpu_ms_per_request']:.2f}x, "
+                f"goal {d['goal']['cold_cpu_over_dynamo'].get(name, '-')}x)" if dyn else "Dynamo not run here")
+        parts.append(f"{name} ({t['requests']:,} requests): cold {ours['cold_cpu_ms_per_request']:.3f}, warm "
+                     f"{ours['warm_cpu_ms_per_request']:.3f} CPU ms/request; {peer}")
+    loads = [x for t in d["traces"].values() for x in t.get("load_average_1m", [])]
+    load = f"; load {min(loads):.1f}-{max(loads):.1f}" if loads else ""
+    return f"{d['commit']}: " + "; ".join(parts) + load
 
 
 def sim_agentx(d: dict) -> str:
@@ -183,6 +188,20 @@ def kvpool(d: dict) -> str:
 def scope_by_policy(d: dict) -> str:
     return f"{d['lanes']:,} lanes, {d['window_s']:g} s: " + "; ".join(
         f"{r['scope']}/{r['policy']} {r['completed']:,} done, TTFT P90 {r['ttft_p90_s']:.2f} s" for r in d["rows"])
+
+
+def capacity_sweep(d: dict) -> str:
+    """Per lanes, at the smallest store: each policy's completions against least-uncached-work's."""
+    out = []
+    for n in sorted({r["lanes"] for r in d["rows"]}):
+        low = min(r["fraction"] for r in d["rows"] if r["lanes"] == n)
+        at = {r["policy"]: r for r in d["rows"] if r["lanes"] == n and r["fraction"] == low}
+        luw = at.get("least-uncached-work")
+        if luw:
+            out.append(f"{n:,} lanes, store {low:g} of the working set: least-uncached-work {luw['completed']:,} done, "
+                       + ", ".join(f"{p} {r['completed'] / max(luw['completed'], 1):.2f}x" for p, r in at.items()
+                                   if p != "least-uncached-work"))
+    return f"{d['window_s']:g} s: " + "; ".join(out)
 
 
 def numpy_vs_torch(d: dict) -> str:
