@@ -30,7 +30,6 @@ class Purpose:
 
 
 PY = ".venv/bin/python"
-SIM_NOTE = "(issue 51 is changing this script: it moves to bench/simulator/ once that lands)"
 
 PURPOSES: tuple[Purpose, ...] = (
     Purpose("calibration", "bench/calibrate/", "The cost model against real kernels, published points and "
@@ -62,34 +61,39 @@ PURPOSES: tuple[Purpose, ...] = (
                "system-level parameters fitted across the published points (docs/validation.md)", headlines.validate_fit),
     )),
     Purpose("simulator", "bench/simulator/", "The simulator's speed, what bounds it, and how well it matches the "
-            "live cluster. Until issue 51 lands, bench/sim.py, sim_bounds.py, sim_profile.py, sim_compiled.py, "
-            "step_pricing.py, timing_speed.py (being changed there), sim_agentx.py and sim_point.py (whose results "
-            "sim_bounds.py reads) and their helpers sampler.py and trees.py stay at bench/'s top level, their "
-            "results in bench/results/.", (
-        Result("bench/results/sim.json", f"{PY} bench/sim.py --baseline DIR --sample {SIM_NOTE}",
-               "simulator speed per request on the Mooncake trace (dep2x12), beside Dynamo's offline replay", headlines.sim,
+            "live cluster; `sampler.py` (a SIGPROF profiler) and `trees.py` (older commits' trees) are their "
+            "helpers.", (
+        Result("bench/results/simulator/vs_dynamo.json", f"{PY} bench/simulator/vs_dynamo.py --rounds 3 "
+               "--traces mooncake,agentx --twins", "simulator speed per request, cold and warm, on the Mooncake "
+               "trace (dep2x12) and AgentX conversations written as one, beside Dynamo's offline replay", headlines.sim,
                "warm <= 0.1x Dynamo's replay, cold <= 0.3x (issue 33)"),
-        Result("bench/results/sim_agentx.json", f"{PY} bench/sim_agentx.py --lanes 10000 --minutes 10 --sample "
-               "--baseline COMMIT (its results are read by bench/sim_bounds.py: it moves with issue 51)",
+        Result("bench/results/simulator/agentx_speed.json", f"{PY} bench/simulator/agentx_speed.py --lanes 10000 "
+               "--minutes 10 --sample --baseline COMMIT",
                "simulator speed on the real AgentX traces at rack scale", headlines.sim_agentx,
                "10 simulated min at 10,000 lanes in <= 30 s wall"),
-        Result("bench/results/sim_point.json", f"{PY} bench/sim_point.py --baseline COMMIT --sample (read by "
-               "bench/sim_bounds.py: it moves with issue 51)", "one 900 s AgentX frontier point: CPU s and peak "
-               "memory in a fresh process (bench/results/sim_point.md is generated from it)", headlines.sim_point,
+        Result("bench/results/simulator/frontier_point.json", f"{PY} bench/simulator/frontier_point.py --baseline "
+               "COMMIT --sample", "one 900 s AgentX frontier point: CPU s and peak memory in a fresh process "
+               "(bench/results/simulator/frontier_point.md is generated from it)", headlines.sim_point,
                "<= 60 CPU s at 8,192 lanes"),
-        Result("bench/results/sim_bounds.json", f"{PY} bench/sim_bounds.py --lanes 2048 --minutes 3 {SIM_NOTE}",
-               "what bounds each simulator speed goal: pricing's share, calls per request against the budget "
-               "(bench/results/sim_bounds.md is generated from it)", headlines.sim_bounds),
-        Result("bench/results/sim_compiled.json", f"{PY} bench/sim_compiled.py {SIM_NOTE}",
+        Result("bench/results/simulator/speed_bounds.json", f"{PY} bench/simulator/speed_bounds.py --lanes 2048 "
+               "--minutes 3", "what bounds each of issue 33's simulator speed goals: pricing's share, calls per "
+               "request against the budget (bench/results/simulator/speed_bounds.md is generated from it)",
+               headlines.sim_bounds),
+        Result("bench/results/simulator/cold_bounds.md", f"{PY} bench/simulator/cold_bounds.py --rounds 3",
+               "what bounds issue 51's cold-run goals: each trace's cold and warm CPU by part, a step's pricing "
+               "split into compiled kernels, token bundles and Python orchestration (generated from "
+               "cold_bounds.json)", None),
+        Result("bench/results/simulator/cython_core.json", f"{PY} bench/simulator/cython_core.py --rounds 4",
                "the simulator's hot modules compiled by Cython as they are, against pure Python", headlines.sim_compiled),
-        Result("bench/results/sim_profile.md", f"{PY} bench/sim_profile.py {SIM_NOTE}",
+        Result("bench/results/simulator/warm_profile.md", f"{PY} bench/simulator/warm_profile.py",
                "cProfile tables of a warm Mooncake and AgentX run (pasted by hand)", None),
-        Result("bench/results/step_pricing.json", f"{PY} bench/step_pricing.py {SIM_NOTE}",
+        Result("bench/results/simulator/step_pricing_fixes.json", f"{PY} bench/simulator/step_pricing_fixes.py "
+               "--lanes 1024,4096",
                "issue 31's step-pricing fixes, before and after, on nvl72-vr200", headlines.step_pricing),
-        Result("bench/results/timing_speed.json", f"{PY} bench/timing_speed.py {SIM_NOTE}",
+        Result("bench/results/simulator/timing_speed.json", f"{PY} bench/simulator/timing_speed.py",
                "CPU time of one step_time call of the timing model", headlines.timing_speed,
                "<= 20 us per typical decode call"),
-        Result("bench/notes/timing_speed_device_host.json", f"{PY} bench/timing_speed.py (on the device host)",
+        Result("bench/notes/timing_speed_device_host.json", f"{PY} bench/simulator/timing_speed.py (on the device host)",
                "the same on an idle 16-core host (an investigation note)", headlines.timing_device),
         Result("bench/results/simulator/lru_key_cost.json", f"{PY} bench/simulator/lru_key_cost.py",
                "one key's LRU touch and membership test on tables of growing size: the floor of a per-key KV model",

@@ -49,7 +49,7 @@ def validate_fit(d: dict) -> str:
 
 # -- simulator -------------------------------------------------------------------------------------
 def sim(d: dict) -> str:
-    """bench/sim.py's interleaved rounds (issue 51): per trace, our cold and warm CPU ms per request, Dynamo's."""
+    """bench/simulator/vs_dynamo.py's interleaved rounds (issue 51): per trace, our cold and warm CPU ms per request, Dynamo's."""
     parts = []
     for name, t in d["traces"].items():
         ours, dyn = t["ours"], t.get("dynamo")
@@ -129,7 +129,7 @@ def live_vs_sim(d: dict) -> str:
 
 
 def timing_device(d: dict) -> str:
-    return f"{len(d['runs'])} runs of bench/timing_speed.py on a {d['runs'][0]['cpu_count']}-core device host"
+    return f"{len(d['runs'])} runs of bench/simulator/timing_speed.py on a {d['runs'][0]['cpu_count']}-core device host"
 
 
 # -- front door ------------------------------------------------------------------------------------

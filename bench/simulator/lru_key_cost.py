@@ -2,7 +2,7 @@
 operation (OrderedDict.move_to_end, the pool tiers' and rank caches' touch; dict membership, the pool's
 `is_known`) on tables of growing size, for chains of 110 keys (an AgentX prompt of ~113k tokens in
 1,024-token groups). Past the CPU caches each key costs a few memory round trips, whatever the code
-around it: this is the floor of a per-key data model (bench/results/sim_point.md's KV parts).
+around it: this is the floor of a per-key data model (bench/results/simulator/frontier_point.md's KV parts).
 
 Run: .venv/bin/python bench/simulator/lru_key_cost.py -> bench/results/simulator/lru_key_cost.json and a table.
 """

@@ -3,7 +3,7 @@
 A long run holds millions of long-lived containers (the pool's stored blocks, the caches' entries,
 the lanes' block-hash tuples), and CPython's full collection walks all of them each time the
 survivors have grown by a quarter: 21 full collections took 27 s of the 482 s CPU of the
-10,000-lane AgentX run (bench/sim_agentx.py, gc callbacks). Young collections, which free the
+10,000-lane AgentX run (bench/simulator/agentx_speed.py, gc callbacks). Young collections, which free the
 short-lived reference cycles, keep their default rate; the oldest generation waits for
 `FULL_EVERY` middle-generation collections instead of 10. Nothing the run computes changes.
 """

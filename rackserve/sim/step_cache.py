@@ -4,7 +4,7 @@ The timing model prices a whole StepBatch (~10 ms a call on this machine); a run
 step or leap, and the router one per distinct prefix hit. The memo keys a rank's batch by (sequences,
 new tokens, token-weighted mean context, pool tokens), each on a geometric grid of `rel` steps, and
 prices a representative batch of that signature once: equal sequences at the mean context, so an
-attention cost linear in context is kept exactly. bench/sim.py measures the error against the exact
+attention cost linear in context is kept exactly. bench/simulator/vs_dynamo.py measures the error against the exact
 model on the same run. Decode ranks are summarized together (see `_decode_signature`); a decode
 batch's per-rank busy times are those of the representative batch given back to the ranks by
 sequence count (`_to_ranks`: both clocks, the simulator's and the live workers' services/step_memo).

@@ -1,7 +1,7 @@
 """The step costs a run priced, kept on disk, so that the next run of the same cost model (another
 process, another search, a user's second `rackserve sim`) starts with them instead of pricing them
 again. A first run of the Mooncake trace spends about two thirds of its time pricing steps
-(bench/results/sim_bounds.json); the next run that finds them here does not.
+(bench/results/simulator/speed_bounds.json); the next run that finds them here does not.
 
 The library uses the directory in $RACKSERVE_STEP_STORE (rackserve.sim.run.shared_timing and
 keep_steps), none where it is unset; `rackserve sim` and `rackserve sim frontier` set it (OUT/step-store

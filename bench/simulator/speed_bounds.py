@@ -3,16 +3,16 @@ run (the step-cost memo and router tables empty, as a user's first run), a secon
 trace in the same process (memo filled: what the run costs when pricing steps is free), and a third,
 also warm, under cProfile, only to count the Python-level and C-level calls made per request. Beside
 them, this machine's cost of the cheapest Python function call and of the cheapest C call, and each
-goal's budget per request from the goals' own figures (Dynamo's replay in bench/results/sim.json, the
-requests of bench/results/sim_point.json's point and sim_agentx.json's 10,000-lane run).
+goal's budget per request from the goals' own figures (Dynamo's replay in bench/results/simulator/vs_dynamo.json, the
+requests of bench/results/simulator/frontier_point.json's point and agentx_speed.json's 10,000-lane run).
 
 What it answers, per goal: how much of a run pricing is (first run less second), what is left when
 pricing is free (the second run against the budget), and whether the calls the per-request work makes
 could fit the budget at all in CPython (calls x the cheapest call's cost, a floor no restructuring of the
 same calls can go under).
 
-Run: .venv/bin/python bench/sim_bounds.py [--lanes 2048] [--minutes 2]
--> bench/results/sim_bounds.json and bench/results/sim_bounds.md (generated from the JSON).
+Run: .venv/bin/python bench/simulator/speed_bounds.py [--lanes 2048] [--minutes 2]
+-> bench/results/simulator/speed_bounds.json and bench/results/simulator/speed_bounds.md (generated from the JSON).
 """
 
 from __future__ import annotations
@@ -34,22 +34,22 @@ from rackserve.sim.run import source_factory, timing_for
 from rackserve.sim.scenario import load_scenario
 from rackserve.sim.simulator import Simulator
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results" / "simulator"
 POLICY = "least-uncached-work"
 # issue 33's goals
 MOONCAKE_WARM_X, MOONCAKE_COLD_X = 0.1, 0.3  # x Dynamo's replay per request
 POINT_CPU_S = 60.0  # the 900 s AgentX point at 8,192 lanes on nvl72-vr200
 LANES_WALL_S = 30.0  # 10,000 lanes x 10 simulated minutes
 DYNAMO_RECORDED_MS = 0.422  # Dynamo 1.6.1's replay on the Mooncake trace, ms/request (issue 51's table), where
-# bench/sim.py ran without the peer venv
+# bench/simulator/vs_dynamo.py ran without the peer venv
 
 
 def mooncake():
-    sys.path.insert(0, str(ROOT / "bench"))
-    import sim
+    sys.path.insert(0, str(ROOT / "bench" / "simulator"))
+    import vs_dynamo
 
-    return sim.scenario(sim.TRACE, 8)
+    return vs_dynamo.scenario(vs_dynamo.TRACE, 8)
 
 
 def agentx(lanes: int, minutes: float):
@@ -60,7 +60,7 @@ def agentx(lanes: int, minutes: float):
 
 
 def _run(sc, make, timing) -> tuple[float, float, object, dict]:
-    """One run, timed, with where its CPU went (bench/sampler.py's parts)."""
+    """One run, timed, with where its CPU went (bench/simulator/sampler.py's parts)."""
     source = make()
     with Sampler() as sampler:
         wall, cpu = time.perf_counter(), time.process_time()
@@ -123,34 +123,34 @@ def call_costs() -> dict:
 
 def budgets() -> dict:
     """Each goal's budget in us per request, from the goals and the results files the goals are measured in."""
-    sim = json.loads((RESULTS / "sim.json").read_text())
-    if "traces" in sim:  # bench/sim.py's interleaved runs (issue 51): the Mooncake trace's medians
+    sim = json.loads((RESULTS / "vs_dynamo.json").read_text())
+    if "traces" in sim:  # bench/simulator/vs_dynamo.py's interleaved runs (issue 51): the Mooncake trace's medians
         moon = sim["traces"]["mooncake"]
         dynamo_ms = (moon["dynamo"] or {}).get("wall_ms_per_request", DYNAMO_RECORDED_MS)
         sim = {"ours": [{"warm_ms_per_request": moon["ours"]["warm_wall_ms_per_request"],
                          "fresh_cold_ms_per_request": moon["ours"]["cold_wall_ms_per_request"]}]}
     else:
         dynamo_ms = sim["dynamo_replay"]["ms_per_request"]
-    point = [r for r in json.loads((RESULTS / "sim_point.json").read_text())  # the newest sampled (ours, not a baseline)
+    point = [r for r in json.loads((RESULTS / "frontier_point.json").read_text())  # the newest sampled (ours, not a baseline)
              if r["lanes"] == 8192 and r["window_s"] == 900.0 and "profile" in r][-1]
-    lanes = json.loads((RESULTS / "sim_agentx.json").read_text())
+    lanes = json.loads((RESULTS / "agentx_speed.json").read_text())
 
-    def timing_share(row: dict) -> float | None:  # bench/sampler.py's share of the run itself, where recorded
+    def timing_share(row: dict) -> float | None:  # bench/simulator/sampler.py's share of the run itself, where recorded
         parts = row.get("profile", {}).get("parts", {})
         return next((v for k, v in parts.items() if k.startswith("timing model")), None)
 
     return {
         "mooncake_warm": {"us_per_request": 1e3 * MOONCAKE_WARM_X * dynamo_ms, "now_us_per_request":
-                          1e3 * sim["ours"][-1]["warm_ms_per_request"], "source": "bench/results/sim.json (wall)"},
+                          1e3 * sim["ours"][-1]["warm_ms_per_request"], "source": "bench/results/simulator/vs_dynamo.json (wall)"},
         "mooncake_cold": {"us_per_request": 1e3 * MOONCAKE_COLD_X * dynamo_ms, "now_us_per_request":
-                          1e3 * sim["ours"][-1]["fresh_cold_ms_per_request"], "source": "bench/results/sim.json (wall)"},
+                          1e3 * sim["ours"][-1]["fresh_cold_ms_per_request"], "source": "bench/results/simulator/vs_dynamo.json (wall)"},
         "point_900s_8192_lanes": {"us_per_request": 1e6 * POINT_CPU_S / point["requests"],
                                   "now_us_per_request": 1e6 * point["cpu_s"] / point["requests"],
-                                  "source": f"bench/results/sim_point.json ({point['commit']}, CPU)",
+                                  "source": f"bench/results/simulator/frontier_point.json ({point['commit']}, CPU)",
                                   "pricing_share_sampled": timing_share(point)},
         "lanes_10000_x_10min": {"us_per_request": 1e6 * LANES_WALL_S / lanes["requests"],
                                 "now_us_per_request": 1e6 * lanes["wall_s"] / lanes["requests"],
-                                "source": f"bench/results/sim_agentx.json ({lanes.get('commit', '?')}, wall)",
+                                "source": f"bench/results/simulator/agentx_speed.json ({lanes.get('commit', '?')}, wall)",
                                 "pricing_share_sampled": timing_share(lanes)},
     }
 
@@ -184,7 +184,7 @@ def bounds(goals: dict, runs: dict, cost: dict) -> dict:
 def markdown(result: dict) -> str:
     cost = result["call_costs"]
     lines = [
-        "# What bounds each of issue 33's goals (generated by bench/sim_bounds.py from sim_bounds.json)",
+        "# What bounds each of issue 33's goals (generated by bench/simulator/speed_bounds.py from speed_bounds.json)",
         "",
         f"Commit {result['commit']}; command `{result['command']}`. Cheapest Python call "
         f"{cost['python_call_ns']:.0f} ns, cheapest C call {cost['c_call_ns']:.0f} ns on this machine in this run.",
@@ -209,7 +209,7 @@ def markdown(result: dict) -> str:
                      f" {b['factor_needed_with_pricing_free']:.1f}x | {b['calls_per_request']:.0f} |"
                      f" {b['ns_per_call_with_its_work']:.0f} | {b['calls_the_budget_allows']:.0f} |"
                      f" {b['call_floor_us_per_request']:.0f} |")
-    lines += ["", "Where the CPU of each run goes (bench/sampler.py), in us per request:", ""]
+    lines += ["", "Where the CPU of each run goes (bench/simulator/sampler.py), in us per request:", ""]
     runs = list(result["runs"].values())
     heads = [f"{r['workload']} {which}" for r in runs for which in ("first", "memo-filled")]
     lines += ["| part | " + " | ".join(heads) + " |", "|---|" + "---:|" * len(heads)]
@@ -226,7 +226,7 @@ def markdown(result: dict) -> str:
     lines += [
         "",
         "Budget: the goal over the requests of the goal's own run (its source named in the JSON). Pricing share: the",
-        "timing model's share of the goal's own run by bench/sampler.py where its results file records one (the point,",
+        "timing model's share of the goal's own run by bench/simulator/sampler.py where its results file records one (the point,",
         "the 10,000-lane run), else the first run's CPU less the memo-filled run's over the first run's (Mooncake cold;",
         "the warm goal is measured warm: none). With pricing free: the goal's figure less that share. Calls per request:",
         "Python-level and C-level calls (cProfile's count) of the workload standing for the goal's run (the AgentX one,",
@@ -244,13 +244,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lanes", type=int, default=2048)
     ap.add_argument("--minutes", type=float, default=2.0)
-    ap.add_argument("--out", type=Path, default=RESULTS / "sim_bounds.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "speed_bounds.json")
     args = ap.parse_args()
     runs = {"mooncake": measure("mooncake", mooncake()),
             "agentx": measure(f"agentx {args.lanes} lanes x {args.minutes:g} min", agentx(args.lanes, args.minutes))}
     cost = call_costs()
     goals = budgets()
-    result = {"command": f".venv/bin/python bench/sim_bounds.py --lanes {args.lanes} --minutes {args.minutes:g}",
+    result = {"command": f".venv/bin/python bench/simulator/speed_bounds.py --lanes {args.lanes} --minutes {args.minutes:g}",
               "commit": commit(), "load_average_1m": os.getloadavg()[0], "call_costs": cost, "runs": runs,
               "bounds": bounds(goals, runs, cost)}
     args.out.parent.mkdir(parents=True, exist_ok=True)

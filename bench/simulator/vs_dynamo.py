@@ -16,15 +16,15 @@ ai-dynamo without it (its other requirements, as its 1.6.1 metadata lists them):
 `dynamo.replay` and the frontend / mocker (bench/frontdoor_dynamo.py) import and run without it.
 Without it the Dynamo row is skipped and the JSON says so.
 
-Run: .venv/bin/python bench/sim.py [--rounds 3] [--traces mooncake,agentx] [--group 8] [--memo-requests 200] [--twins]
-    -> bench/results/sim.json + a table. --twins: a third side, ours priced by the numpy twins of the compiled
+Run: .venv/bin/python bench/simulator/vs_dynamo.py [--rounds 3] [--traces mooncake,agentx] [--group 8] [--memo-requests 200] [--twins]
+    -> bench/results/simulator/vs_dynamo.json + a table. --twins: a third side, ours priced by the numpy twins of the compiled
     step pricer (rackserve/timing/step_plan.py KERNELS), rotating with the other two.
-Fair timing (issue 51): per trace (the Mooncake one and bench/sim_agentx_trace.py's AgentX conversations as a
+Fair timing (issue 51): per trace (the Mooncake one and bench/simulator/agentx_as_mooncake.py's AgentX conversations as a
 Mooncake trace), `--rounds` rounds of ours in a fresh process (its first run cold: step memo and router tables
 empty; then a second, warm run in the same process) and Dynamo's replay in a fresh process, the side that goes
 first alternating, CPU time (each side's process CPU around its run; Dynamo's includes its Rust threads) and wall,
 medians of the rounds, the load average after every run. The other functions (run_ours, fresh_colds,
-fresh_stored, run_baseline, sampled_warm) are what bench/sim_compiled.py and older commands use.
+fresh_stored, run_baseline, sampled_warm) are what bench/simulator/cython_core.py and older commands use.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import sim_agentx_trace
+import agentx_as_mooncake
 from rich.console import Console
 from rich.table import Table
 
@@ -48,7 +48,7 @@ from rackserve.sim.scenario import load_scenario
 from rackserve.sim.simulator import Simulator
 from rackserve.timing.timing_model import TimingModel
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "data" / "mooncake_synthetic_trace.jsonl"
 PEERS_PY = ROOT / ".venv-peers" / "bin" / "python"
 GOAL_MS = 0.1
@@ -102,7 +102,7 @@ def cold_once(trace: Path, group: int, policy: str, sample: bool = False) -> dic
     source = make()
     sampler = None
     if sample:
-        sys.path.insert(0, str(ROOT / "bench"))
+        sys.path.insert(0, str(ROOT / "bench" / "simulator"))
         from sampler import Sampler
 
         sampler = Sampler(0.002).__enter__()
@@ -138,8 +138,8 @@ def fresh_stored(trace: Path, group: int, policy: str, runs: int) -> dict:
     run costs with `--step-store` (rackserve/sim/step_store.py)."""
     with tempfile.TemporaryDirectory(prefix="rackserve-step-store-") as store:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "RACKSERVE_STEP_STORE": store}
-        code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import sim; "
-                f"print(json.dumps(sim.stored_once(sim.Path({str(trace)!r}), {group}, {policy!r})))")
+        code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'bench' / 'simulator')!r}); import vs_dynamo; "
+                f"print(json.dumps(vs_dynamo.stored_once(vs_dynamo.Path({str(trace)!r}), {group}, {policy!r})))")
         rows = [json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                                           cwd=ROOT, timeout=1800, check=True).stdout.strip().splitlines()[-1])
                 for _ in range(runs + 1)]
@@ -158,8 +158,8 @@ def fresh_colds(root: Path, trace: Path, group: int, policy: str, runs: int, sam
     env = {**os.environ, "PYTHONPATH": str(root)}
     rows = []
     for i in range(runs):
-        code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import sim; "
-                f"print(json.dumps(sim.cold_once(sim.Path({str(trace)!r}), {group}, {policy!r}, {sample and i == 0})))")
+        code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'bench' / 'simulator')!r}); import vs_dynamo; "
+                f"print(json.dumps(vs_dynamo.cold_once(vs_dynamo.Path({str(trace)!r}), {group}, {policy!r}, {sample and i == 0})))")
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root,
                               timeout=1800, check=True)
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -173,8 +173,8 @@ def fresh_colds(root: Path, trace: Path, group: int, policy: str, runs: int, sam
 
 
 def sampled_warm(trace: Path, group: int, policy: str) -> dict:
-    """Where a warm run's CPU goes (bench/sampler.py at 500 Hz): the memo filled by a first run."""
-    sys.path.insert(0, str(ROOT / "bench"))
+    """Where a warm run's CPU goes (bench/simulator/sampler.py at 500 Hz): the memo filled by a first run."""
+    sys.path.insert(0, str(ROOT / "bench" / "simulator"))
     from sampler import Sampler
 
     sc = scenario(trace, group)
@@ -189,8 +189,8 @@ def sampled_warm(trace: Path, group: int, policy: str) -> dict:
 def run_baseline(root: Path, trace: Path, group: int, policy: str, repeats: int) -> dict:
     """run_ours on the simulator of the tree at `root` (this script's functions, that tree's rackserve)."""
     env = {**os.environ, "PYTHONPATH": str(root)}
-    code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import sim; "
-            f"print(json.dumps(sim.run_ours(sim.Path({str(trace)!r}), {group}, {policy!r}, {repeats})))")
+    code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'bench' / 'simulator')!r}); import vs_dynamo; "
+            f"print(json.dumps(vs_dynamo.run_ours(vs_dynamo.Path({str(trace)!r}), {group}, {policy!r}, {repeats})))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root,
                           timeout=1800, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -280,8 +280,8 @@ def fresh_ours(root: Path, trace: Path, group: int, policy: str, twins: bool = F
     """cold_then_warm in a fresh process on the tree at `root`."""
     env = {**os.environ, "PYTHONPATH": str(root)}
     env.pop("RACKSERVE_STEP_STORE", None)
-    code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import sim; "
-            f"print(json.dumps(sim.cold_then_warm(sim.Path({str(trace)!r}), {group}, {policy!r}, {twins})))")
+    code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'bench' / 'simulator')!r}); import vs_dynamo; "
+            f"print(json.dumps(vs_dynamo.cold_then_warm(vs_dynamo.Path({str(trace)!r}), {group}, {policy!r}, {twins})))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root,
                           timeout=1800, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -323,7 +323,7 @@ def interleaved(trace: Path, group: int, policy: str, rounds: int, twins: bool =
     return out
 
 
-TRACES = {"mooncake": lambda: TRACE, "agentx": lambda: sim_agentx_trace.write()}
+TRACES = {"mooncake": lambda: TRACE, "agentx": lambda: agentx_as_mooncake.write()}
 # issue 51's goals: ours over Dynamo's replay, CPU per simulated request, cold run (a fresh process)
 COLD_GOAL_X = {"mooncake": 1.0, "agentx": 0.5}
 
@@ -340,7 +340,7 @@ def main() -> None:
     names = args.traces.split(",")
     traces = {name: interleaved(TRACES[name](), args.group, policy, args.rounds, args.twins) for name in names}
     load = os.getloadavg()
-    result = {"command": f"python bench/sim.py --rounds {args.rounds} --traces {args.traces} --group {args.group}"
+    result = {"command": f"python bench/simulator/vs_dynamo.py --rounds {args.rounds} --traces {args.traces} --group {args.group}"
                          + (" --twins" if args.twins else ""),
               "commit": _commit(), "cpus": os.cpu_count(), "load_average_1m_at_end": load[0],
               "protocol": "per trace, rounds of ours (a fresh process: its first run cold, then a warm run) and "
@@ -354,7 +354,7 @@ def main() -> None:
         result["peer_missing"] = f"{PEERS_PY.relative_to(ROOT)} not found: Dynamo's runs skipped (this docstring)"
     if "mooncake" in names and args.memo_requests:
         result["step_memo_error"] = memo_error(TRACE, args.memo_requests)
-    out = ROOT / "bench" / "results" / "sim.json"
+    out = ROOT / "bench" / "results" / "simulator" / "vs_dynamo.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     table = Table(title=f"simulator speed, ours vs Dynamo's replay, fresh processes interleaved, medians of "
                         f"{args.rounds} (load avg {min(min(t['load_average_1m']) for t in traces.values()):.1f}-"

@@ -1,8 +1,8 @@
 """Issue 31's before/after: nvl72-vr200 at 1,024 and 4,096 lanes over AgentX's 900 s window, and TP8
 decode at batch 1, priced by the code before the step-pricing fixes (commit 1282f69, extracted with
-`git archive` into a scratch folder) and by this checkout. Writes bench/results/step_pricing.json.
+`git archive` into a scratch folder) and by this checkout. Writes bench/results/simulator/step_pricing_fixes.json.
 
-    .venv/bin/python bench/step_pricing.py [--lanes 1024,4096] [--work DIR]
+    .venv/bin/python bench/simulator/step_pricing_fixes.py [--lanes 1024,4096] [--work DIR]
 
 Each (code, lanes) run is `rackserve sim scenarios/nvl72-vr200.yaml --concurrency L` of that code;
 `--work` keeps the runs so a second call only collects (a 4,096-lane run costs ~10 CPU minutes).
@@ -17,9 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BEFORE = "1282f69"  # the commit before 25ac0e9 (issue 31 items 1-4)
-OUT = ROOT / "bench" / "results" / "step_pricing.json"
+OUT = ROOT / "bench" / "results" / "simulator" / "step_pricing_fixes.json"
 SCENARIO = "scenarios/nvl72-vr200.yaml"
 
 
@@ -92,7 +92,7 @@ def main() -> None:
                           text=True).stdout.strip()
     OUT.write_text(json.dumps({
         "what": "issue 31 before/after on nvl72-vr200 (12 DEP2 prefill + Wide-EP 48 decode), 900 s window",
-        "command": "python bench/step_pricing.py --lanes " + args.lanes,
+        "command": "python bench/simulator/step_pricing_fixes.py --lanes " + args.lanes,
         "before": {"code": BEFORE, **rows["before"]}, "after": {"code": head, **rows["after"]},
     }, indent=1) + "\n")
     print(f"wrote {OUT}")

@@ -1,4 +1,4 @@
-"""The agentic trace of bench/sim.py: recorded AgentX conversations (data/agentx) written as a Mooncake
+"""The agentic trace of bench/simulator/vs_dynamo.py: recorded AgentX conversations (data/agentx) written as a Mooncake
 trace, so that our simulator and Dynamo's replay read the same file.
 
 Conversations [FIRST, FIRST + COUNT) of the capture (30 conversations, 1,147 requests, prompts 139.6k tokens
@@ -7,7 +7,7 @@ request (parent and subagent turns) at its recorded time. Mooncake's hash ids ar
 block's id is the same number wherever its whole prefix is (its conversation's 64-token ids up to its end,
 chained block by block), and a last partial block gets an id of its own.
 
-Run: .venv/bin/python bench/sim_agentx_trace.py [OUT]   (default /tmp/rackserve-agentx-mooncake.jsonl)
+Run: .venv/bin/python bench/simulator/agentx_as_mooncake.py [OUT]   (default /tmp/rackserve-agentx-mooncake.jsonl)
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ shares of a run of many small calls stay as they are unprofiled (~1% overhead at
         ...
     s.report()  # {"samples", "interval_s", "parts": {part: share}, "lines": [[file:line function, share], ...]}
 
-Parts are this repository's modules grouped by what they do (PARTS); bench/sim_point.py writes the report.
+Parts are this repository's modules grouped by what they do (PARTS); bench/simulator/frontier_point.py writes the report.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import signal
 from collections import Counter
 from pathlib import Path
 
-ROOT = str(Path(__file__).resolve().parents[1])
+ROOT = str(Path(__file__).resolve().parents[2])
 
 # (part, path prefixes under the repository): the first whose prefix the sample's innermost own frame has
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (

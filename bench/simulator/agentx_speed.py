@@ -1,9 +1,9 @@
 """Simulator speed on the real AgentX traces: N lanes for M simulated minutes of a whole-rack scenario
 (issue 33's goal: 10 simulated minutes at 10,000 lanes in <= 30 s wall on this 2-core machine; issue 15 set 3 min).
 
-Run: .venv/bin/python bench/sim_agentx.py [--lanes 10000] [--minutes 10] [--scenario scenarios/nvl72-vr200.yaml] [--sample]
+Run: .venv/bin/python bench/simulator/agentx_speed.py [--lanes 10000] [--minutes 10] [--scenario scenarios/nvl72-vr200.yaml] [--sample]
          [--baseline COMMIT]
--> bench/results/sim_agentx.json (wall and CPU s, ms per simulated request and per 1,000 blocks of
+-> bench/results/simulator/agentx_speed.json (wall and CPU s, ms per simulated request and per 1,000 blocks of
 prompt KV) and a printed table. --baseline: the same run on an older commit (git archive into a temp
 dir, a fresh process after ours), recorded beside ours with the ratio and whether its figures equal ours.
 """
@@ -27,7 +27,7 @@ from rackserve.sim.run import source_factory, timing_for
 from rackserve.sim.scenario import load_scenario
 from rackserve.sim.simulator import Simulator
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GOAL_WALL_S = 30.0  # issue 33 (issue 15 set 180 s)
 
 
@@ -55,8 +55,8 @@ def main() -> None:
     ap.add_argument("--lanes", type=int, default=10_000)
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--policy", default="least-uncached-work")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "sim_agentx.json")
-    ap.add_argument("--sample", action="store_true", help="also where the CPU went (bench/sampler.py)")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "simulator" / "agentx_speed.json")
+    ap.add_argument("--sample", action="store_true", help="also where the CPU went (bench/simulator/sampler.py)")
     ap.add_argument("--baseline", help="an older commit to run after this tree, the same way")
     args = ap.parse_args()
     sc = load_scenario(args.scenario)
@@ -76,7 +76,7 @@ def main() -> None:
     if sampler is not None:
         sampler.__exit__(None, None, None)
     out = {
-        "command": f".venv/bin/python bench/sim_agentx.py --lanes {args.lanes} --minutes {args.minutes:g} "
+        "command": f".venv/bin/python bench/simulator/agentx_speed.py --lanes {args.lanes} --minutes {args.minutes:g} "
                    f"--scenario scenarios/{args.scenario.name}",
         "scenario": sc.name, "policy": args.policy, "lanes": args.lanes, "simulated_s": duration,
         "requests": source.requests, "prompt_blocks": source.blocks, "completed": res.completed,

@@ -1,9 +1,9 @@
 """Where the simulator's time goes: cProfile of one warm run (step-cost memo and router tables
-already filled by a first run) of the Mooncake trace on dep2x12 (bench/sim.py's run) and of the
-AgentX traces on nvl72-vr200 (bench/sim_agentx.py's run), top functions by self and cumulative time.
+already filled by a first run) of the Mooncake trace on dep2x12 (bench/simulator/vs_dynamo.py's run) and of the
+AgentX traces on nvl72-vr200 (bench/simulator/agentx_speed.py's run), top functions by self and cumulative time.
 
-Run: .venv/bin/python bench/sim_profile.py [--group 8] [--lanes 2000] [--minutes 2] [--top 25] [--which mooncake,agentx]
--> prints the tables (paste them into bench/results/sim_profile.md).
+Run: .venv/bin/python bench/simulator/warm_profile.py [--group 8] [--lanes 2000] [--minutes 2] [--top 25] [--which mooncake,agentx]
+-> prints the tables (paste them into bench/results/simulator/warm_profile.md).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rackserve.sim.run import source_factory, timing_for, with_trace
 from rackserve.sim.scenario import load_scenario
 from rackserve.sim.simulator import Simulator
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _mooncake(args):
@@ -61,7 +61,7 @@ def main() -> None:
     ap.add_argument("--lanes", type=int, default=2000)
     ap.add_argument("--minutes", type=float, default=2.0)
     ap.add_argument("--top", type=int, default=25)
-    ap.add_argument("--group", type=int, default=8, help="Mooncake: kv_block_multiple (bench/sim.py's headline: 8)")
+    ap.add_argument("--group", type=int, default=8, help="Mooncake: kv_block_multiple (bench/simulator/vs_dynamo.py's headline: 8)")
     ap.add_argument("--which", default="mooncake,agentx")
     args = ap.parse_args()
     for name in args.which.split(","):

@@ -1,7 +1,7 @@
 """How fast is one step_time call? The simulator calls it millions of times (goal: <= 20 us for a
 typical decode batch).
 
-    .venv/bin/python bench/timing_speed.py [OUT.json]   (default bench/results/timing_speed.json)
+    .venv/bin/python bench/simulator/timing_speed.py [OUT.json]   (default bench/results/simulator/timing_speed.json)
 
 Per case: a pool of pre-built batches (fresh context lengths each, so nothing is reused by object),
 cycled through; the median (and best) of 7 repeats of CPU time per call (the host is shared, so wall
@@ -10,7 +10,7 @@ np.add on the same host at the same time, to compare runs taken under different 
 "memo miss" cases give every call sequence counts per rank not seen before (a fresh TimingModel
 per repeat), so the token-count components are recomputed; the others hit that memo, as a long
 simulation mostly does. "reference" rows time TimingModel.step_time_reference, the readable path
-the fast one is tested against. Writes bench/results/timing_speed.json.
+the fast one is tested against. Writes bench/results/simulator/timing_speed.json.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from rackserve.timing import RankBatch, StepBatch, TimingModel  # noqa: E402
@@ -174,7 +174,7 @@ def main() -> None:
         f"numpy unit {unit_before:.2f}/{unit_after:.2f} us, load {load_before[0]:.1f}/{os.getloadavg()[0]:.1f}"
     )
     out = {
-        "command": ".venv/bin/python bench/timing_speed.py",
+        "command": ".venv/bin/python bench/simulator/timing_speed.py",
         "timer": "time.process_time per call: median (us_per_call) and best of 7 repeats",
         "load_average_1_5_15_before": load_before,
         "load_average_1_5_15_after": os.getloadavg(),
@@ -185,7 +185,8 @@ def main() -> None:
         "goal_met": typical_us <= GOAL_US,
         "rows": rows,
     }
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "bench/results/timing_speed.json"
+    default = ROOT / "bench" / "results" / "simulator" / "timing_speed.json"
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else default
     target.write_text(json.dumps(out, indent=1))
 
 

@@ -1,6 +1,6 @@
 """What compiling the simulator's core buys, as it is: the hot modules of a run (those with self time
-in bench/results/sim_profile.md) compiled by Cython into a copy of the tree, run side by side with
-the pure-Python tree on bench/sim.py's Mooncake run (12 DEP2 prefill, 3,993 requests), interleaved,
+in bench/results/simulator/warm_profile.md) compiled by Cython into a copy of the tree, run side by side with
+the pure-Python tree on bench/simulator/vs_dynamo.py's Mooncake run (12 DEP2 prefill, 3,993 requests), interleaved,
 with the results checked equal.
 
 This measures the "compiled event and KV core" lever of issue 19 without rewriting anything: Cython
@@ -9,8 +9,8 @@ semantics stay Python's), removing the bytecode interpreter but keeping every ob
 attribute lookup. Needs Cython and a C compiler (not a project dependency):
     .venv/bin/pip install cython
 
-Run: .venv/bin/python bench/sim_compiled.py [--repeats 3] [--rounds 2]
--> bench/results/sim_compiled.json + a table.
+Run: .venv/bin/python bench/simulator/cython_core.py [--repeats 3] [--rounds 2]
+-> bench/results/simulator/cython_core.json + a table.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).parent))
-import sim  # noqa: E402  (bench/sim.py: run_ours, run_baseline)
+import vs_dynamo  # noqa: E402  (run_ours, run_baseline)
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULT = ROOT / "bench" / "results" / "sim_compiled.json"
-# Every module with self time in a warm run's profile (bench/results/sim_profile.md), >= 0.5% each.
+ROOT = Path(__file__).resolve().parents[2]
+RESULT = ROOT / "bench" / "results" / "simulator" / "cython_core.json"
+# Every module with self time in a warm run's profile (bench/results/simulator/warm_profile.md), >= 0.5% each.
 HOT = [
     "sim/simulator.py", "sim/live_view.py", "sim/kv.py", "sim/decode_side.py", "sim/step_cache.py",
     "sim/events.py", "sim/instances.py", "sim/metrics.py", "sim/block_keys.py", "sim/pool_paths.py",
@@ -63,7 +63,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3, help="warm runs per side and round (median)")
     ap.add_argument("--rounds", type=int, default=2, help="pure / compiled pairs, alternating")
-    ap.add_argument("--group", type=int, default=8, help="KV blocks per simulated block (bench/sim.py's 8)")
+    ap.add_argument("--group", type=int, default=8, help="KV blocks per simulated block (bench/simulator/vs_dynamo.py's 8)")
     args = ap.parse_args()
     try:
         import Cython  # noqa: F401
@@ -76,7 +76,7 @@ def main() -> None:
         for r in range(args.rounds):  # alternate the order, so both sides see the same load
             sides = [(pure, ROOT), (compiled, tree)] if r % 2 == 0 else [(compiled, tree), (pure, ROOT)]
             for runs, root in sides:
-                runs.append(sim.run_baseline(root, sim.TRACE, args.group, "least-uncached-work", args.repeats))
+                runs.append(vs_dynamo.run_baseline(root, vs_dynamo.TRACE, args.group, "least-uncached-work", args.repeats))
     for p, c in zip(pure, compiled, strict=True):
         diff = {k: (p[k], c[k]) for k in SAME if p[k] != c[k]}
         if diff:
@@ -85,12 +85,12 @@ def main() -> None:
                   for k in ("warm_ms_per_request", "warm_cpu_ms_per_request", "cold_ms_per_request")}
            for name, runs in (("pure", pure), ("compiled", compiled))}
     ratio = {k: med["compiled"][k] / med["pure"][k] for k in med["pure"]}
-    result = {"command": "python bench/sim_compiled.py" + (f" --repeats {args.repeats}" if args.repeats != 3 else "")
+    result = {"command": "python bench/simulator/cython_core.py" + (f" --repeats {args.repeats}" if args.repeats != 3 else "")
               + (f" --rounds {args.rounds}" if args.rounds != 2 else ""),
-              "commit": sim._commit(), "load_average_1m": os.getloadavg()[0], "cpus": os.cpu_count(),
+              "commit": vs_dynamo._commit(), "load_average_1m": os.getloadavg()[0], "cpus": os.cpu_count(),
               "compiled_modules": HOT, "cython_directives": {"annotation_typing": False}, "build_wall_s": build_s,
               "results_equal": list(SAME), "pure": pure, "compiled": compiled, "median": med,
-              "ratio_compiled_over_pure": ratio, "goal_ms_per_request": sim.GOAL_MS}
+              "ratio_compiled_over_pure": ratio, "goal_ms_per_request": vs_dynamo.GOAL_MS}
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     RESULT.write_text(json.dumps(result, indent=2) + "\n")
     table = Table(title=f"simulator, pure Python vs Cython-compiled core ({pure[0]['requests']} Mooncake requests, "
