@@ -1,4 +1,4 @@
-"""The chaos run shared by tests/integration/reliability/test_chaos.py and bench/chaos.py.
+"""The chaos run shared by tests/integration/reliability/test_chaos.py and bench/faults/chaos.py.
 
 A small cluster (`rackserve up`, embedded Redis) serves a steady load of concurrent greedy
 streams while a fault script kills, in turn, a busy decode rank's Ray actor, the decode service,
