@@ -44,7 +44,8 @@ from rackserve.sched.output import SchedulerOutput
 from rackserve.sched.scheduler import RankScheduler
 from rackserve.sched.seq_state import SeqState
 from rackserve.sim.instances import Instance
-from rackserve.sim.metrics import Flight, MetricsCollector, SimResult, pct, slow_tail_speed
+from rackserve.sim.metrics import Flight, MetricsCollector, SimResult
+from rackserve.sim.result import request_figures
 from rackserve.sim.scenario import Scenario
 from rackserve.sim.validity import run_validity
 from rackserve.timing.batch import RankBatch, StepBatch, StepCost
@@ -263,29 +264,15 @@ class AggregatedSimulator:
         util = sum(i.stepping_s for i in insts) / (span * len(insts)) if insts else 0.0
         validity = run_validity(self.source, m.completed, m.rejected, self._sent - self._done)
         limits = insts[0].ranks[0].limits
+        figures = request_figures(m, self.scenario.name, self.policy, gpus, span, self._events, wall_s, cpu_s, validity)
         return SimResult(
-            scenario=self.scenario.name, policy=self.policy, gpus=gpus, arrivals=m.arrivals,
-            completed=m.completed, rejected=m.rejected, span_s=span,
-            throughput_per_gpu=(m.input_tokens + m.output_tokens) / span / gpus,
-            output_tps_per_gpu=m.output_tokens / span / gpus,
-            user_tps_p50=pct(m.user_tps, 50), user_tps_p90=pct(m.user_tps, 10),
-            ttft_p50_s=pct(m.ttft, 50), ttft_p90_s=pct(m.ttft, 90), ttft_p99_s=pct(m.ttft, 99),
-            tpot_p50_s=pct(m.tpot, 50), tpot_p90_s=pct(m.tpot, 90),
-            hit_rate=0.0, hit_rate_by_tier={"rank_hbm": 0.0, "pool_hbm": 0.0, "pool_dram": 0.0},
+            **figures, hit_rate=0.0, hit_rate_by_tier={"rank_hbm": 0.0, "pool_hbm": 0.0, "pool_dram": 0.0},
             predicted_hit_rate=0.0, prefill_idle_frac=idle, decode_idle_frac=idle,
             prefill_util=util, decode_stepping_share=util, pool_occupancy={"pool_hbm": 0.0, "pool_dram": 0.0},
             evictions={"rank_hbm": 0, "pool_hbm": 0, "pool_dram": 0},  # no prefix cache or pool here
-            events=self._events, wall_s=wall_s, cpu_s=cpu_s, ttft_samples=list(m.ttft),
             sizing={"aggregated": True, "max_num_batched_tokens": limits.max_num_batched_tokens,
-                    "max_num_seqs": limits.max_num_seqs,
-                    "adp_balance_timeout_iters": self.balance},
-            tps_user_e2e_p50=slow_tail_speed(m.e2e_s_per_token, 50),
-            tps_user_e2e_p90=slow_tail_speed(m.e2e_s_per_token, 90),
-            tps_user_itl_p50=slow_tail_speed(m.tpot, 50), tps_user_itl_p90=slow_tail_speed(m.tpot, 90),
-            ttft_breakdown_s={k: v / max(m.completed, 1) for k, v in m.ttft_parts_s.items()},
+                    "max_num_seqs": limits.max_num_seqs, "adp_balance_timeout_iters": self.balance},
             pool_scope="none", decode_load=self._decode_load(limits.max_num_seqs, m.output_tokens / span / gpus),
-            valid=validity.valid, invalid_reasons=validity.reasons,
-            overflow_share=validity.overflow_share, metric_coverage=validity.metric_coverage,
         )
 
     def _decode_load(self, max_seqs: int, tok_s_per_gpu: float) -> dict:

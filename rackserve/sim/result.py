@@ -32,6 +32,27 @@ def _util(insts: list[Instance], span: float) -> float:
     return sum(i.stepping_s for i in insts) / (span * len(insts)) if insts else 0.0
 
 
+def request_figures(m: Any, scenario: str, policy: str, gpus: int, span: float, events: int, wall_s: float,
+                    cpu_s: float, validity: Any) -> dict:
+    """The SimResult fields every event loop (P/D and aggregated) reads off its requests the same way:
+    counts, throughput, TTFT / TPOT, AgentX interactivity, TTFT parts and the run's validity."""
+    return dict(
+        scenario=scenario, policy=policy, gpus=gpus, arrivals=m.arrivals,
+        completed=m.completed, rejected=m.rejected, span_s=span,
+        throughput_per_gpu=(m.input_tokens + m.output_tokens) / span / gpus,
+        output_tps_per_gpu=m.output_tokens / span / gpus,
+        user_tps_p50=pct(m.user_tps, 50), user_tps_p90=pct(m.user_tps, 10),
+        ttft_p50_s=pct(m.ttft, 50), ttft_p90_s=pct(m.ttft, 90), ttft_p99_s=pct(m.ttft, 99),
+        tpot_p50_s=pct(m.tpot, 50), tpot_p90_s=pct(m.tpot, 90),
+        events=events, wall_s=wall_s, cpu_s=cpu_s, ttft_samples=list(m.ttft), warmup_requests=m.warmup_requests,
+        tps_user_e2e_p50=slow_tail_speed(m.e2e_s_per_token, 50), tps_user_e2e_p90=slow_tail_speed(m.e2e_s_per_token, 90),
+        tps_user_itl_p50=slow_tail_speed(m.tpot, 50), tps_user_itl_p90=slow_tail_speed(m.tpot, 90),
+        ttft_breakdown_s={k: v / max(m.completed, 1) for k, v in m.ttft_parts_s.items()},
+        valid=validity.valid, invalid_reasons=validity.reasons,
+        overflow_share=validity.overflow_share, metric_coverage=validity.metric_coverage,
+    )
+
+
 def build_result(sim: Any, wall_s: float, cpu_s: float) -> SimResult:
     """The measured window's figures of a finished run (`sim`: the Simulator)."""
     m = sim.metrics
@@ -48,31 +69,20 @@ def build_result(sim: Any, wall_s: float, cpu_s: float) -> SimResult:
     trace = sim.kv.pool_trace()
 
     return SimResult(
-        scenario=sim.scenario.name, policy=sim.policy, gpus=gpus, arrivals=m.arrivals,
-        completed=m.completed, rejected=m.rejected, span_s=span,
-        throughput_per_gpu=(m.input_tokens + m.output_tokens) / span / gpus,
-        output_tps_per_gpu=m.output_tokens / span / gpus,
-        user_tps_p50=pct(m.user_tps, 50), user_tps_p90=pct(m.user_tps, 10),
-        ttft_p50_s=pct(m.ttft, 50), ttft_p90_s=pct(m.ttft, 90), ttft_p99_s=pct(m.ttft, 99),
-        tpot_p50_s=pct(m.tpot, 50), tpot_p90_s=pct(m.tpot, 90),
+        **request_figures(m, sim.scenario.name, sim.policy, gpus, span, sim._events, wall_s, cpu_s, validity),
         hit_rate=sum(by_tier.values()), hit_rate_by_tier=by_tier,
         predicted_hit_rate=m.predicted_hit_tokens / prompt,
         prefill_idle_frac=_idle(sim.prefill), decode_idle_frac=_idle(sim.decode),
         prefill_util=prefill_share, decode_stepping_share=_util(sim.decode, span),
         pool_occupancy=sim.kv.pool_occupancy(), evictions=sim.kv.evictions(), preemptions=m.preemptions,
-        events=sim._events, wall_s=wall_s, cpu_s=cpu_s, ttft_samples=list(m.ttft),
         recomputed_tokens=dict(sim.kv.recomputed_tokens), pool_path_util=sim.kv.path_utilization(span),
-        sizing=sim.sizing.to_dict(), warmup_requests=m.warmup_requests,
-        tps_user_e2e_p50=slow_tail_speed(m.e2e_s_per_token, 50), tps_user_e2e_p90=slow_tail_speed(m.e2e_s_per_token, 90),
-        tps_user_itl_p50=slow_tail_speed(m.tpot, 50), tps_user_itl_p90=slow_tail_speed(m.tpot, 90),
+        sizing=sim.sizing.to_dict(),
         prefill_idle_by_instance=idle_by_inst, prefill_idle_by_rank=idle_by_rank,
-        ttft_breakdown_s={k: v / max(m.completed, 1) for k, v in m.ttft_parts_s.items()},
         prefill_kv_transfer_frac=sim.prefill_kv_wait_s / max(sum(i.stepping_s for i in sim.prefill), 1e-12),
         regret_mean_s=float(sum(m.regret_s) / len(m.regret_s)) if m.regret_s else 0.0,
         regret_p90_s=pct(m.regret_s, 90) if m.regret_s else 0.0,
         pool_scope=sim.scenario.config.pool.scope,
-        decode_load=decode_load, valid=validity.valid, invalid_reasons=validity.reasons,
-        overflow_share=validity.overflow_share, metric_coverage=validity.metric_coverage,
+        decode_load=decode_load,
         prefill_idle_waiting_frac=idle["prefill_idle_waiting_frac"], decode_idle_waiting_frac=idle["decode_idle_waiting_frac"],
         prefill_empty_frac=idle["prefill_empty_frac"], decode_empty_frac=idle["decode_empty_frac"],
         idle_waiting_by_rank=idle["by_rank"], pool_capacity_bytes=trace["capacity_bytes"], pool_trace=trace,
