@@ -77,7 +77,8 @@ def simulate(
     write_json(results, out / f"{sc.name}.json", {"scenario": sc.name, "policies": policies})
     plot_ttft_cdf(results, out / f"{sc.name}-ttft-cdf.png")
     plot_throughput_vs_speed(results, out / f"{sc.name}-throughput-vs-speed.png")
-    plot_pool_trace(results, out / f"{sc.name}-pool.png")
+    if any(r.pool_trace.get("t_s") for r in results):  # an aggregated run has no pool
+        plot_pool_trace(results, out / f"{sc.name}-pool.png")
     console.print(f"wrote {out}/{sc.name}.json and plots")
     invalid = [r for r in results if not r.valid]
     for r in invalid:
