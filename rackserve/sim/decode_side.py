@@ -332,6 +332,8 @@ class DecodeSide:
 
     def _finish(self, now: float, flight: Flight) -> list[Event]:
         self.metrics.on_finish(flight, now)
+        if self.planner is not None:
+            self.planner.on_finish(flight, now)
         self._release_decode(flight)
         return self._followups(flight.request, now)
 

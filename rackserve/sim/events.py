@@ -25,6 +25,8 @@ class Handlers(Protocol):
     def on_prefill_step_end(self, now: float, instance: int) -> list[Event]: ...
     def on_kv_arrive(self, now: float, record: object) -> list[Event]: ...
     def on_decode_leap_end(self, now: float, instance: int, version: int) -> list[Event]: ...
+    def on_planner_tick(self, now: float) -> list[Event]: ...
+    def on_instance_ready(self, now: float, slot: object) -> list[Event]: ...
 
 
 class Event:
@@ -89,6 +91,30 @@ class PrefillKick(Event):
 
     def handle(self, sim: Handlers) -> list[Event]:
         return sim.on_prefill_kick(self.time, self.instance)
+
+
+@dataclass(eq=False)
+class InstanceReady(Event):
+    """A planned instance's start-up (weights load, warm-up) is over: it becomes routable. Before
+    arrivals of the same instant, so they may go to it (rackserve/sim/planned.py)."""
+
+    priority: ClassVar[int] = 2
+    time: float
+    slot: object  # rackserve.planner.InstanceSlot
+
+    def handle(self, sim: Handlers) -> list[Event]:
+        return sim.on_instance_ready(self.time, self.slot)
+
+
+@dataclass(eq=False)
+class PlannerTick(Event):
+    """The planner reads the last tick's observations and decides (after everything else of the instant)."""
+
+    priority: ClassVar[int] = 5
+    time: float
+
+    def handle(self, sim: Handlers) -> list[Event]:
+        return sim.on_planner_tick(self.time)
 
 
 def event_key(event: Event, seq: int) -> tuple[float, int, int]:

@@ -5,7 +5,9 @@ placement call only these: `ranks`, `prefill_ranks()`, `prefill_rank()`, `prefil
 `prefill_by_load()`, `decode_ranks()`, `least_loaded_decode()`), in the same orders: prefill ranks
 per layout sorted by RankState.load_order, and the least-loaded decode rank by (active blocks,
 running sequences, view order). A rank's change costs O(log ranks) (two bisections) where the
-frozen view costs a pass over every rank and a sort. The simulator's ranks are always healthy.
+frozen view costs a pass over every rank and a sort. All ranks start healthy; `set_healthy` takes a
+whole instance out of routing (a planner's starting, draining or stopped instance) or puts it back:
+an unhealthy rank keeps its state (its running work is still counted) but no lookup returns it.
 """
 
 from __future__ import annotations
@@ -36,12 +38,15 @@ class LiveClusterView:
         return self._states[key]
 
     def replace(self, new: RankState) -> None:
-        """Rank `new.key` now reads `new`."""
+        """Rank `new.key` now reads `new` (its health unchanged: set_healthy changes that)."""
         old = self._states[new.key]
-        self._remove(old)
+        assert new.healthy == old.healthy
         self._states[new.key] = new
-        self._insert(new)
         self._ranks = None
+        if not new.healthy:
+            return  # in no lookup
+        self._remove(old)
+        self._insert(new)
         if new.role == "prefill":
             self.prefill_by_key[new.key] = new
             self._prefill = self._loads = None
@@ -49,6 +54,22 @@ class LiveClusterView:
                 inst, at = self._inst_at[new.key]
                 ranks = self._instances[inst]
                 self._instances[inst] = (*ranks[:at], new, *ranks[at + 1:])
+
+    def set_healthy(self, instance: str, healthy: bool) -> None:
+        """Every rank of `instance` routable (healthy) or not; the derived lookups are rebuilt."""
+        for key, old in list(self._states.items()):
+            if key[0] != instance or old.healthy == healthy:
+                continue
+            new = RankState(old.instance, old.dp_rank, old.layout, old.role, old.queued_tokens, old.queued_work_s,
+                            old.active_decode_blocks, old.running_seqs, healthy)
+            if old.healthy:
+                self._remove(old)
+            self._states[key] = new
+            if healthy:
+                self._insert(new)
+        self.prefill_by_key = {k: r for k, r in self._states.items() if r.role == "prefill" and r.healthy}
+        self._ranks = self._prefill = self._loads = self._instances = None
+        self._inst_at = {}
 
     def _decode_key(self, r: RankState) -> tuple[int, int, int]:
         return (r.active_decode_blocks, r.running_seqs, self._pos[r.key])
@@ -100,7 +121,7 @@ class LiveClusterView:
         return self._loads
 
     def decode_ranks(self, layout: str | None = None) -> tuple[RankState, ...]:
-        return tuple(r for r in self.ranks if r.role == "decode" and (layout is None or r.layout == layout))
+        return tuple(r for r in self.ranks if r.role == "decode" and r.healthy and (layout is None or r.layout == layout))
 
     def least_loaded_decode(self, layout: str | None = None) -> RankState | None:
         lists = self._decode.get(layout)

@@ -207,11 +207,16 @@ class SimResult:
     idle_waiting_by_rank: dict[str, float] = field(default_factory=dict)
     pool_capacity_bytes: float = 0.0
     pool_trace: dict = field(default_factory=dict)
+    # Issue 52: a planned run's SLA attainment, GPU-hours and per-tick timeline (rackserve/sim/planned.py);
+    # empty (and left out of to_dict) without a `planner:` section
+    planner: dict = field(default_factory=dict)
 
     def to_dict(self, samples: bool = False) -> dict:
         out = asdict(self)
         if not samples:
             out.pop("ttft_samples")
+        if not self.planner:
+            out.pop("planner")
         return out
 
 

@@ -32,6 +32,14 @@ def _util(insts: list[Instance], span: float) -> float:
     return sum(i.stepping_s for i in insts) / (span * len(insts)) if insts else 0.0
 
 
+def _measured_span(m: Any, span: float) -> tuple[float, float]:
+    """(start, end) of what the figures measure: the window, or (none) first arrival + span_s."""
+    if m.window_end_s is not None:
+        return m.window_start_s, m.window_end_s
+    start = m.first_arrival if m.arrivals else m.window_start_s
+    return start, start + span
+
+
 def request_figures(m: Any, scenario: str, policy: str, gpus: int, span: float, events: int, wall_s: float,
                     cpu_s: float, validity: Any) -> dict:
     """The SimResult fields every event loop (P/D and aggregated) reads off its requests the same way:
@@ -86,4 +94,5 @@ def build_result(sim: Any, wall_s: float, cpu_s: float) -> SimResult:
         prefill_idle_waiting_frac=idle["prefill_idle_waiting_frac"], decode_idle_waiting_frac=idle["decode_idle_waiting_frac"],
         prefill_empty_frac=idle["prefill_empty_frac"], decode_empty_frac=idle["decode_empty_frac"],
         idle_waiting_by_rank=idle["by_rank"], pool_capacity_bytes=trace["capacity_bytes"], pool_trace=trace,
+        planner={} if sim.planner is None else sim.planner.report(*_measured_span(m, span)),
     )

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rackserve.config import Config
+from rackserve.planner.settings import PlannerSettings
 from rackserve.workload.spec import (
     AgentXWorkload,
     MooncakeWorkload,
@@ -65,6 +66,7 @@ class Scenario:
     config: Config
     workload: MooncakeWorkload | AgentXWorkload | UniformWorkload
     sim: SimSettings
+    planner: PlannerSettings | None = None  # issue 52: instances activated and drained each tick
 
     def with_workload(self, workload: MooncakeWorkload | AgentXWorkload | UniformWorkload) -> Scenario:
         return replace(self, workload=workload)
@@ -95,17 +97,24 @@ def scenario_from_dict(data: dict[str, Any], name: str = "scenario") -> Scenario
         sim = SimSettings.model_validate(sim_raw)
     except ValidationError as exc:
         raise ValueError(_errors("sim.", exc)) from None
+    planner_raw = data.pop("planner", None)
+    try:
+        planner = None if planner_raw is None else PlannerSettings.model_validate(planner_raw)
+    except ValidationError as exc:
+        raise ValueError(_errors("planner.", exc)) from None
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
         raise ValueError(_errors("", exc)) from None
     if config.deployment.is_aggregated:
+        if planner is not None:
+            raise ValueError("planner: aggregated deployments are not planned (prefill and decode roles only)")
         return Scenario(name, config, parse_workload(config.workload), sim)
     if not config.deployment.prefill or not any(g.count for g in config.deployment.prefill):
         raise ValueError("deployment.prefill: at least one prefill instance is needed")
     if not config.deployment.decode or not any(g.count for g in config.deployment.decode):
         raise ValueError("deployment.decode: at least one decode instance is needed")
-    return Scenario(name, config, parse_workload(config.workload), sim)
+    return Scenario(name, config, parse_workload(config.workload), sim, planner)
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -39,6 +39,7 @@ from rackserve.sim.instances import Instance, Leap
 from rackserve.sim.kv import ClusterKV, pool_limits
 from rackserve.sim.live_view import LiveClusterView
 from rackserve.sim.metrics import Flight, MetricsCollector, SimResult
+from rackserve.sim.planned import SimPlanner
 from rackserve.sim.pool_paths import PoolPaths
 from rackserve.sim.pool_scope import scoped_pools
 from rackserve.sim.progress import TICK_EVERY, Progress, ProgressTick
@@ -131,6 +132,8 @@ class Simulator(DecodeSide):
         self._where = {inst.name: (i, "prefill") for i, inst in enumerate(self.prefill)}
         self._where.update({inst.name: (i, "decode") for i, inst in enumerate(self.decode)})
         self._view = LiveClusterView([self._state(key) for key in self._all_keys()])
+        # the planner (scenario `planner:`) activates and drains the instances built above
+        self.planner = None if scenario.planner is None else SimPlanner(self, scenario.planner)
         self._versions = [0] * len(self.decode)
         self._leaps: list[Leap | None] = [None] * len(self.decode)
         self._decode_waiting: list[set[int]] = [set() for _ in self.decode]  # ranks with waiting seqs
@@ -196,13 +199,15 @@ class Simulator(DecodeSide):
         its prompts in flight by `blocks` KV blocks (what Dynamo's cost calls their active blocks)."""
         old = self._view.state(key)
         self._view.replace(RankState(old.instance, old.dp_rank, old.layout, old.role, old.queued_tokens + tokens,
-                                     old.queued_work_s + work_s, old.active_decode_blocks + blocks, old.running_seqs))
+                                     old.queued_work_s + work_s, old.active_decode_blocks + blocks, old.running_seqs,
+                                     old.healthy))
 
     def _update_decode(self, key: tuple[str, int], blocks: int, seqs: int) -> None:
         """A decode rank got (or lost) `seqs` sequences holding `blocks` KV blocks."""
         old = self._view.state(key)
         self._view.replace(RankState(old.instance, old.dp_rank, old.layout, old.role, old.queued_tokens,
-                                     old.queued_work_s, old.active_decode_blocks + blocks, old.running_seqs + seqs))
+                                     old.queued_work_s, old.active_decode_blocks + blocks, old.running_seqs + seqs,
+                                     old.healthy))
 
     # ---- run --------------------------------------------------------------------------------------
     @rare_full_collections  # sim/gc_policy.py: millions of long-lived blocks
@@ -213,6 +218,8 @@ class Simulator(DecodeSide):
         self._total = len(initial) if isinstance(self.source, ListSource) else getattr(self.scenario.workload,
                                                                                         "requests", None)
         self.queue.preload([Arrival(req.arrival_s, req) for req in initial])
+        if self.planner is not None:
+            self.queue.push(self.planner.first_tick())
         metrics = self.metrics
         if self._awaits_release and self.source.released_at_s is not None:  # type: ignore[attr-defined]
             self._move_window(self.source.released_at_s)  # type: ignore[attr-defined]  # nothing to wait for
@@ -274,6 +281,8 @@ class Simulator(DecodeSide):
         if horizon is not None and now > horizon:
             return []
         self.metrics.on_arrival(now, req)
+        if self.planner is not None:
+            self.planner.on_arrival(req)
         self._sent += 1
         keys = self._keys(req)
         view = RequestView(keys.keys, req.prompt_tokens, self.block_tokens, str(req.req_id))
@@ -295,6 +304,12 @@ class Simulator(DecodeSide):
         flight.decode_blocks = math.ceil((req.prompt_tokens + req.output_tokens) / self.target_block_tokens)
         self._queue_load(flight, decision.key, +1)
         return self._admit_prefill(now, flight, seq)
+
+    def on_planner_tick(self, now: float) -> list[Event]:
+        return self.planner.on_tick(now)  # type: ignore[union-attr]  # pushed only with a planner
+
+    def on_instance_ready(self, now: float, slot: object) -> list[Event]:
+        return self.planner.on_instance_ready(now, slot)  # type: ignore[union-attr,arg-type]
 
     def _queue_load(self, flight: Flight, key: tuple[str, int], sign: int) -> None:
         req, cached = flight.request, flight.predicted.total

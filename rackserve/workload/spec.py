@@ -8,7 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 DEFAULT_AGENTX_TRACE = str(Path(__file__).resolve().parents[2] / "data/agentx/claude_code_traces_dev.jsonl.gz")
 DEEPSEEK_V4_MAX_CONTEXT = 1_048_576  # DeepSeek-V4 family: 1M-token context (DeepSeek V4 model card)
@@ -116,6 +124,22 @@ class UniformWorkload(_Spec):
     length_spread: float = Field(
         0.0, ge=0, lt=1, description="draw each prompt / output length uniformly in [(1 - s) L, L] "
         "(InferenceX: 0.2, i.e. 80-100% of ISL and OSL)")
+    lanes_schedule: tuple[tuple[float, int], ...] | None = Field(
+        None, description="[[t_s, lanes], ...] from t_s on, `lanes` lanes run (a step function; a ramp is "
+        "many steps): the first at t_s 0, times increasing; replaces `concurrency`")
+
+    @field_validator("lanes_schedule")
+    @classmethod
+    def _schedule(cls, sched: tuple[tuple[float, int], ...] | None) -> tuple[tuple[float, int], ...] | None:
+        if sched is None:
+            return sched
+        if not sched or sched[0][0] != 0:
+            raise ValueError("the first entry must be at t_s 0")
+        if any(b[0] <= a[0] for a, b in zip(sched, sched[1:], strict=False)):
+            raise ValueError("times must increase")
+        if any(lanes < 0 for _, lanes in sched) or not any(lanes for _, lanes in sched):
+            raise ValueError("lanes must be >= 0, some > 0")
+        return sched
 
 
 AnyWorkload = MooncakeWorkload | AgentXWorkload | AgentXTraceWorkload | UniformWorkload
