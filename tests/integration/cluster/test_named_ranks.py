@@ -5,6 +5,7 @@ a one-line summary, not the actor's whole Config."""
 from __future__ import annotations
 
 import glob
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,7 +41,11 @@ def test_admin_ranks_name_each_ranks_process(live_cluster) -> None:
 
 def test_a_ranks_log_starts_with_a_one_line_summary(live_cluster) -> None:
     rank = _ranks(live_cluster.base_url)[0]
-    logs = glob.glob(f"/tmp/ray/session_*/logs/worker-*-{rank['pid']}.err")
+    # `rackserve up` runs Ray in a temp dir of its own (services/ray_head.py); a cluster of one's own logs
+    # under Ray's default /tmp/ray
+    tmp = tempfile.gettempdir()
+    logs = [p for root in (f"{tmp}/rackserve-ray-*", f"{tmp}/ray")
+            for p in glob.glob(f"{root}/session_*/logs/worker-*-{rank['pid']}.err")]
     assert logs, rank
     lines = Path(max(logs, key=lambda p: Path(p).stat().st_mtime)).read_text().splitlines()
     assert not any("Config(" in line for line in lines[:20])  # no 2 KB repr of the actor's args
