@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class InstanceObs:
-    """One routable (or starting / draining) instance at the tick."""
+    """One routable (or starting / draining) instance at the tick: its queue and KV use averaged over
+    the tick's samples (as Dynamo aggregates its metric pulls over an adjustment interval), its
+    running sequences as they are now."""
 
     name: str
     role: str  # "prefill" | "decode"

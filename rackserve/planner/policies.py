@@ -50,13 +50,18 @@ class SlaPlanner:
     the load is the last tick's (Dynamo's `constant` load predictor), every (prefill, decode) count
     within the bounds is priced (rackserve.planner.forecast.CostForecast) and the fewest GPUs that
     meet both targets win; when none does, the one closest to them (worst ratio to its target).
-    As Dynamo's SLA planner, predictions are scaled by correction factors, observed / predicted
-    mean TTFT (ITL) of the last tick at the counts that served it, so the model's bias (here: the
-    router's per-prompt estimate leaves out batching and lockstep waits) does not mislead it."""
+    As Dynamo's SLA planner, predictions are scaled by correction factors (docs.nvidia.com/dynamo
+    design-docs/planner-design, "Step 2: Correction Factor Calculation": prefill_correction =
+    actual_ttft / expected_ttft, decode_correction = actual_itl / expected_itl), here the last
+    tick's observed mean over the prediction at the counts that served it (queueing and prefix
+    hits the forecast leaves out), kept from the tick before when those counts changed during it
+    (its requests then saw other counts than the ones priced)."""
 
     def __init__(self, settings: Any, bounds: Bounds, context: dict[str, Any]) -> None:
         self.s, self.bounds = settings, bounds
         self.forecast = context["forecast"]
+        self._served: tuple[int, int] | None = None  # routable counts at the last decision
+        self._corrections = (1.0, 1.0)
 
     def decide(self, obs: TickObs, current: Targets) -> Targets:
         if obs.arrivals == 0 and not any(i.running_seqs or i.queued_prefill_tokens for i in obs.instances):
@@ -71,8 +76,10 @@ class SlaPlanner:
                for d in range(b.min_decode, b.max_decode + 1)}
         served_p = len(obs.of("prefill", "active", "draining"))
         served_d = len(obs.of("decode", "active", "draining"))
-        c_ttft = _correction(obs.ttft_s, ttft.get(served_p))
-        c_itl = _correction(obs.itl_s, itl.get(served_d))
+        if self._served in (None, (served_p, served_d)):
+            self._corrections = (_correction(obs.ttft_s, ttft.get(served_p)), _correction(obs.itl_s, itl.get(served_d)))
+        self._served = (served_p, served_d)
+        c_ttft, c_itl = self._corrections
         ttft = {p: v * c_ttft for p, v in ttft.items()}
         itl = {d: v * c_itl for d, v in itl.items()}
         best: tuple | None = None

@@ -24,6 +24,9 @@ class PlannerSettings(BaseModel):
 
     policy: Literal["fixed", "load", "sla"] = "fixed"
     tick_s: float = Field(30.0, gt=0, description="seconds between decisions (Dynamo adjustment-interval: 30)")
+    metric_pull_s: float = Field(
+        1.0, gt=0, description="seconds between samples of queues and KV use, averaged over the tick "
+        "(Dynamo metric-pulling-interval: 1)")
     ttft_target_s: float = Field(2.0, gt=0, description="TTFT SLA (attainment and the sla policy)")
     itl_target_s: float = Field(0.05, gt=0, description="ITL SLA: seconds per output token after the first")
     gpu_budget: int | None = Field(None, gt=0, description="GPUs prefill + decode may hold (None: all built)")
@@ -46,6 +49,8 @@ class PlannerSettings(BaseModel):
 
     @model_validator(mode="after")
     def _ordered(self) -> PlannerSettings:
+        if self.metric_pull_s > self.tick_s:
+            raise ValueError("metric_pull_s must be at most tick_s")
         if self.queue_down >= self.queue_up:
             raise ValueError("queue_down must be below queue_up")
         if self.kv_down >= self.kv_up:

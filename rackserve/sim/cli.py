@@ -16,6 +16,7 @@ from rackserve.sim.cli_args import (
     load_with_overrides,
     use_step_store,
 )
+from rackserve.sim.planner_plot import plot_planner_timeline
 from rackserve.sim.progress import ProgressTick
 from rackserve.sim.report import plot_pool_trace, plot_throughput_vs_speed, plot_ttft_cdf, summary_table, write_json
 from rackserve.sim.run import keep_steps, run_policies, shared_timing
@@ -79,6 +80,13 @@ def simulate(
     plot_throughput_vs_speed(results, out / f"{sc.name}-throughput-vs-speed.png")
     if any(r.pool_trace.get("t_s") for r in results):  # an aggregated run has no pool
         plot_pool_trace(results, out / f"{sc.name}-pool.png")
+    if any(r.planner for r in results):  # a scenario with a planner: section
+        plot_planner_timeline(results, out / f"{sc.name}-planner.png")
+        for r in results:
+            p = r.planner
+            console.print(f"planner {p['policy']} ({r.policy}): SLA attainment {p['sla_attainment']:.1%} "
+                          f"(TTFT {p['ttft_attainment']:.1%}, ITL {p['itl_attainment']:.1%}), "
+                          f"{p['gpu_hours']:.2f} GPU-hours, mean {p['mean_gpus']:.1f} GPUs")
     console.print(f"wrote {out}/{sc.name}.json and plots")
     invalid = [r for r in results if not r.valid]
     for r in invalid:

@@ -57,6 +57,7 @@ class SimPlanner:
             if slot.state == OFF:
                 sim._view.set_healthy(slot.name, False)
         self._tick_reset()
+        self._next_decision = settings.tick_s
         self.timeline: dict[str, list] = {k: [] for k in (
             "t_s", "arrivals_per_s", "running_seqs", "prefill_active", "decode_active", "prefill_planned",
             "decode_planned", "gpus_held", "ttft_p90_s", "itl_p90_s")}
@@ -92,6 +93,9 @@ class SimPlanner:
 
     # ---- what the simulator tells it ------------------------------------------------------------
     def _tick_reset(self) -> None:
+        self._samples = 0
+        self._queued: dict[str, float] = {}  # per instance: sums over the tick's samples
+        self._kv: dict[str, float] = {}
         self._arrivals = self._prompt = self._output = 0
         self._ttft: list[float] = []
         self._itl: list[float] = []
@@ -118,7 +122,7 @@ class SimPlanner:
 
     # ---- events -----------------------------------------------------------------------------------
     def first_tick(self) -> Event:
-        return PlannerTick(self.s.tick_s)
+        return PlannerTick(self.s.metric_pull_s)
 
     def on_instance_ready(self, now: float, slot: InstanceSlot) -> list[Event]:
         if self.fleet.ready(slot, now):
@@ -126,7 +130,12 @@ class SimPlanner:
         return []
 
     def on_tick(self, now: float) -> list[Event]:
+        """A metric pull (queues and KV use sampled); at each tick_s also a decision."""
         self._stop_drained(now)
+        self._sample()
+        if now < self._next_decision - 1e-9:
+            return self._next(now, [])
+        self._next_decision += self.s.tick_s
         obs = self._observe(now)
         self._record(obs)
         self.targets = self.policy.decide(obs, self.targets)
@@ -141,9 +150,29 @@ class SimPlanner:
                 self.sim._view.set_healthy(slot.name, False)
         self._stop_drained(now)
         self._tick_reset()
-        if len(self.sim.queue) or out:  # nothing else will happen: the run is over
-            out.append(PlannerTick(now + self.s.tick_s))
+        return self._next(now, out)
+
+    def _next(self, now: float, out: list[Event]) -> list[Event]:
+        if len(self.sim.queue) or out:  # else nothing else will happen: the run is over
+            out.append(PlannerTick(min(now + self.s.metric_pull_s, self._next_decision)))
         return out
+
+    def _sample(self) -> None:
+        self._samples += 1
+        for slot in self.fleet.slots:
+            if slot.state != OFF:
+                queued, kv = self._load_now(slot)
+                self._queued[slot.name] = self._queued.get(slot.name, 0.0) + queued
+                self._kv[slot.name] = self._kv.get(slot.name, 0.0) + kv
+
+    def _load_now(self, slot: InstanceSlot) -> tuple[int, float]:
+        """(queued prefill tokens, KV use) of the instance now."""
+        ranks = self._ranks(slot)
+        if slot.role == "prefill":
+            return sum(r.queued_tokens for r in ranks), 0.0
+        cap = self._kv_tokens(slot.index) * len(ranks)
+        used = sum(r.active_decode_blocks for r in ranks) * self.sim.target_block_tokens
+        return 0, min(1.0, used / cap) if cap else 0.0
 
     # ---- helpers ----------------------------------------------------------------------------------
     def _ranks(self, slot: InstanceSlot) -> list:
@@ -169,20 +198,18 @@ class SimPlanner:
 
     def _observe(self, now: float) -> TickObs:
         insts = []
-        bt = self.sim.target_block_tokens
+        n = max(self._samples, 1)
         for slot in self.fleet.slots:
             if slot.state == OFF:
                 continue
             ranks = self._ranks(slot)
-            kv = 0.0
-            if slot.role == "decode":
-                cap = self._kv_tokens(slot.index) * len(ranks)
-                kv = min(1.0, sum(r.active_decode_blocks for r in ranks) * bt / cap) if cap else 0.0
+            prefill = slot.role == "prefill"
             insts.append(InstanceObs(
                 slot.name, slot.role, slot.state, slot.gpus,
-                queued_prefill_tokens=sum(r.queued_tokens for r in ranks) if slot.role == "prefill" else 0,
-                queued_prefill_s=sum(r.queued_work_s for r in ranks) if slot.role == "prefill" else 0.0,
-                running_seqs=sum(r.running_seqs for r in ranks) if slot.role == "decode" else 0, kv_used=kv))
+                queued_prefill_tokens=round(self._queued.get(slot.name, 0.0) / n),
+                queued_prefill_s=sum(r.queued_work_s for r in ranks) if prefill else 0.0,
+                running_seqs=0 if prefill else sum(r.running_seqs for r in ranks),
+                kv_used=self._kv.get(slot.name, 0.0) / n))
         n = max(self._arrivals, 1)
         return TickObs(now, self.s.tick_s, self._arrivals, self._prompt / n, self._output / n,
                        tuple(self._ttft), tuple(self._itl), tuple(insts))

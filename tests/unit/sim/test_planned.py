@@ -113,3 +113,12 @@ def test_bad_planner_input_names_the_field(timing, planner, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         sc = _scenario(planner)
         Simulator(sc, timing, "least-uncached-work", ListSource(_requests(n=2)))
+
+
+def test_the_timeline_plot_is_written(timing, tmp_path):
+    from rackserve.sim.planner_plot import plot_planner_timeline
+
+    result = Simulator(_scenario({"policy": "fixed"}), timing, "least-uncached-work",
+                       ListSource(_requests(n=60))).run()
+    plot_planner_timeline([result], tmp_path / "planner.png")
+    assert (tmp_path / "planner.png").stat().st_size > 0

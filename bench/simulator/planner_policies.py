@@ -1,0 +1,64 @@
+"""Issue 52: one load step under each planner policy: SLA attainment (TTFT and ITL within targets)
+and GPU-hours, beside the deployment held fixed at its largest and at its smallest.
+
+Run: .venv/bin/python bench/simulator/planner_policies.py [--scenario scenarios/planner-step.yaml]
+-> bench/results/simulator/planner.json ({"command", "scenario", "rows": [{"run", "policy", ...}],
+   "timelines": {run: SimResult.planner["timeline"]}}) and planner.png (the timelines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+from rackserve.sim.planner_plot import plot_planner_timeline
+from rackserve.sim.run import simulate, timing_for
+from rackserve.sim.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "bench" / "results" / "simulator" / "planner.json"
+RUNS = {  # run name -> planner fields replaced
+    "fixed-max": {"policy": "fixed"},  # every built instance, all the time
+    "fixed-min": {"policy": "fixed", "initial_prefill": 1, "initial_decode": 1},
+    "load": {"policy": "load", "initial_prefill": 1, "initial_decode": 1},
+    "sla": {"policy": "sla", "initial_prefill": 1, "initial_decode": 1},
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scenario", default="scenarios/planner-step.yaml")
+    args = ap.parse_args()
+    base = load_scenario(ROOT / args.scenario)
+    timing = timing_for(base)
+    rows, timelines, results = [], {}, []
+    for name, fields in RUNS.items():
+        sc = dataclasses.replace(base, planner=base.planner.model_copy(update=fields))
+        cpu = time.process_time()
+        r = simulate(sc, timing=timing)
+        p = r.planner
+        rows.append({"run": name, "policy": p["policy"], "sla_attainment": p["sla_attainment"],
+                     "ttft_attainment": p["ttft_attainment"], "itl_attainment": p["itl_attainment"],
+                     "gpu_hours": p["gpu_hours"], "mean_gpus": p["mean_gpus"], "completed": r.completed,
+                     "ttft_p90_s": r.ttft_p90_s, "tpot_p90_s": r.tpot_p90_s, "startup_s": p["startup_s"],
+                     "cpu_s": time.process_time() - cpu})
+        timelines[name] = p["timeline"]
+        results.append(r)
+        print(f"{name:10s} attainment {p['sla_attainment']:6.1%} (TTFT {p['ttft_attainment']:6.1%}, "
+              f"ITL {p['itl_attainment']:6.1%})  {p['gpu_hours']:.2f} GPU-h  mean {p['mean_gpus']:.1f} GPUs  "
+              f"{r.completed} done  {rows[-1]['cpu_s']:.0f} CPU s", flush=True)
+    sc = base.planner
+    out = {"command": "python bench/simulator/planner_policies.py " + " ".join(sys.argv[1:]),
+           "scenario": args.scenario, "ttft_target_s": sc.ttft_target_s, "itl_target_s": sc.itl_target_s,
+           "tick_s": sc.tick_s, "rows": rows, "timelines": timelines}
+    OUT.write_text(json.dumps(out, indent=1) + "\n")
+    plot_planner_timeline(results, OUT.with_suffix(".png"), labels=list(RUNS))
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
