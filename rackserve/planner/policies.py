@@ -88,7 +88,8 @@ class SlaPlanner:
             if b.gpus(t) > b.gpu_budget:
                 continue
             worst = max(ttft[p] / self.s.ttft_target_s, itl[d] / self.s.itl_target_s)
-            key = (worst > 1.0, b.gpus(t) if worst <= 1.0 else 0, worst if not math.isinf(worst) else math.inf, -b.gpus(t))
+            # feasible first, by fewest GPUs; else the closest to the targets, then the most GPUs
+            key = (worst > 1.0, b.gpus(t) if worst <= 1.0 else 0, worst, -b.gpus(t))
             if best is None or key < best[0]:
                 best = (key, t)
         return current if best is None else best[1]
