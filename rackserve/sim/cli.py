@@ -18,7 +18,13 @@ from rackserve.sim.cli_args import (
 )
 from rackserve.sim.planner_plot import plot_planner_timeline
 from rackserve.sim.progress import ProgressTick
-from rackserve.sim.report import plot_pool_trace, plot_throughput_vs_speed, plot_ttft_cdf, summary_table, write_json
+from rackserve.sim.report import (
+    plot_pool_trace,
+    plot_throughput_vs_speed,
+    plot_ttft_cdf,
+    summary_table,
+    write_json,
+)
 from rackserve.sim.run import keep_steps, run_policies, shared_timing
 
 run_app = typer.Typer(add_completion=False)

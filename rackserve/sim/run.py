@@ -6,10 +6,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rackserve.sim.aggregated import AggregatedSimulator
 from rackserve.sim.metrics import SimResult
 from rackserve.sim.progress import Progress
 from rackserve.sim.scenario import Scenario
-from rackserve.sim.aggregated import AggregatedSimulator
 from rackserve.sim.simulator import Simulator
 from rackserve.sim.sizing import prefill_chunk_tokens
 from rackserve.sim.step_cache import CachedTiming

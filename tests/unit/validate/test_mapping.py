@@ -52,8 +52,8 @@ def test_an_aggregated_trtllm_row_runs_the_engine_inferencex_launched():
     """InferenceX's TRT-LLM scripts: ADP balance (timeout 60), max_num_tokens = decode tokens + ISL + 64
     rounded to 64 (>= 8192 without MTP), one MTP draft and concurrency / TP sequences per rank with MTP;
     the simulated scenario is one aggregated instance with those settings."""
-    from rackserve.sim.run import simulator_for
     from rackserve.sim.aggregated import AggregatedSimulator
+    from rackserve.sim.run import simulator_for
     from rackserve.sim.scenario import scenario_from_dict
     from rackserve.validate.run import scenario_of
 
