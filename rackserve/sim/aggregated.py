@@ -33,7 +33,7 @@ import heapq
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -60,11 +60,9 @@ ARRIVAL, STEP_END = 0, 1
 
 @dataclass(eq=False)
 class AggInstance:
-    inst: Instance  # lockstep accounting (busy / idle per rank) shared with the P/D simulator
+    inst: Instance  # lockstep accounting and the step in flight (busy, plans), as the P/D simulator's
     held_steps: int = 0  # ADP balance: consecutive steps that held a waiting prompt back
-    plans: list[SchedulerOutput] = field(default_factory=list)
     leap: int = 1  # steps the running step stands for (a leap over identical decode steps)
-    busy: bool = False
 
 
 def mixed_cost(timing: Any, layout: Any, plans: list[SchedulerOutput], mid: int = 0) -> StepCost:
@@ -173,7 +171,7 @@ class AggregatedSimulator:
             self.metrics.rejected += 1
             self._finished(req, now)
             return
-        if not a.busy:
+        if not a.inst.busy:
             self._start_step(now, i)
 
     def _finished(self, req: Request, now: float) -> None:
@@ -199,7 +197,7 @@ class AggregatedSimulator:
         a.held_steps = a.held_steps + 1 if hold else 0
         plans = [s.schedule(admit=not hold) for s in a.inst.ranks]
         if all(p.empty for p in plans):
-            a.busy = False
+            a.inst.busy = False
             return
         for sched, p in zip(a.inst.ranks, plans, strict=True):
             for s in p.seqs:
@@ -217,7 +215,7 @@ class AggregatedSimulator:
         if self._windowed:
             running = [len(p.seqs) for p in plans]
             self._load.append((steps * cost.total_s, sum(running) / len(running), max(running)))
-        a.plans, a.leap, a.busy = plans, steps, True
+        a.inst.plans, a.leap, a.inst.busy = plans, steps, True
         self._push(now + steps * cost.total_s, STEP_END, idx)
 
     def _leap_steps(self, a: AggInstance, plans: list[SchedulerOutput]) -> int:
@@ -230,7 +228,7 @@ class AggregatedSimulator:
 
     def _step_end(self, now: float, idx: int) -> None:
         a = self.instances[idx]
-        for sched, plan in zip(a.inst.ranks, a.plans, strict=True):
+        for sched, plan in zip(a.inst.ranks, a.inst.plans, strict=True):
             stepped = [sched.seq(s.req_id) for s in plan.seqs]
             ended = sched.update(plan)
             for seq in stepped:

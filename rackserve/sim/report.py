@@ -88,11 +88,7 @@ def plot_ttft_cdf(results: Sequence[SimResult], path: Path) -> None:
     ax.set_xlabel("TTFT (ms)")
     ax.set_ylabel("fraction of requests")
     ax.set_title(f"TTFT CDF: {results[0].scenario}")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, ax, path)
 
 
 def plot_throughput_vs_speed(results: Sequence[SimResult], path: Path) -> None:
@@ -103,11 +99,7 @@ def plot_throughput_vs_speed(results: Sequence[SimResult], path: Path) -> None:
     ax.set_xlabel("output tok/s per user, E2E-normalized (AgentX: TTFT counts)")
     ax.set_ylabel("throughput per GPU (input + output tok/s)")
     ax.set_title(f"Throughput vs interactivity: {results[0].scenario}")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, ax, path, fontsize=7)
 
 
 def plot_pool_trace(results: Sequence[SimResult], path: Path) -> None:
@@ -124,7 +116,12 @@ def plot_pool_trace(results: Sequence[SimResult], path: Path) -> None:
     ax.set_xlabel("simulated s")
     ax.set_ylabel("GB: working set, held (dashed), capacity (dotted)")
     ax.set_title(f"KV pool: {results[0].scenario} (pool.scope {results[0].pool_scope})")
-    ax.legend(fontsize=7)
+    save_figure(fig, ax, path, fontsize=7)
+
+
+def save_figure(fig, ax, path: Path, fontsize: float | None = None) -> None:
+    """Legend, grid, tight layout, written at 120 dpi and closed: the finish every simulator plot shares."""
+    ax.legend(**({} if fontsize is None else {"fontsize": fontsize}))
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -11,6 +11,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from rackserve.sim.report import save_figure  # noqa: E402
+
 
 def plot_frontiers(curve_rows: Sequence[dict], path: Path, targets: Sequence[float] = (),
                    extra_runs: Sequence[dict] = (), extra_label: str = "") -> None:
@@ -46,11 +48,7 @@ def plot_frontiers(curve_rows: Sequence[dict], path: Path, targets: Sequence[flo
                                                              else "ITL-based (1000 / TPOT ms)"))
     ax.set_ylabel("throughput per GPU ((input + output) tok/s)")
     ax.set_title("Pareto frontiers: P50 solid, P90 dashed (stars: peak throughput)")
-    ax.legend(fontsize=6)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, ax, path, fontsize=6)
 
 
 def plot_by_lanes(runs: Sequence[dict], path: Path, extra_runs: Sequence[dict] = (), extra_label: str = "") -> None:
