@@ -13,6 +13,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from rackserve.planner.settings import PlannerSettings
+
 ENV_PREFIX = "RACKSERVE_"
 
 
@@ -262,6 +264,9 @@ class Config(Section):
     routing: RoutingSection = RoutingSection()
     cluster: ClusterSection = ClusterSection()
     workload: dict[str, Any] = Field(default_factory=dict, description="workload spec (see rackserve.workload)")
+    # Issue 52: the planner scales prefill and decode instances (rackserve/planner); the simulator
+    # (rackserve/sim/planned.py) and the live router (services/router/planner_loop.py) both run it.
+    planner: PlannerSettings | None = None
     # A simulator scenario (scenarios/*.yaml) is also a deployment `rackserve up` can serve: its
     # name, description and simulator knobs are kept here and not read by the live cluster.
     name: str = ""
