@@ -1,6 +1,6 @@
 /* The step pricer's arithmetic in one call each (timing/pricer.py): a layer group's per-rank context
- * features, their attention/indexer roofline times, a single-token decode step's per-rank times and a
- * prefill rank's row. The numpy twins (plan_features.py, step_plan.py) are the reference; this file
+ * features, their attention/indexer roofline times, a single-token decode step's per-rank times, a
+ * prefill rank's row and a layer group's token bundle (timing/bundle_plan.py). The numpy twins (plan_features.py, step_plan.py) are the reference; this file
  * does their operations element by element in the same order (built with -ffp-contract=off, so no
  * fused multiply-add), and np.add.reduceat's segment sums as numpy does them (the first element plus
  * the pairwise sum of the rest). Only the small matrix products (BLAS in numpy) sum in a plain order:
@@ -467,6 +467,212 @@ static PyObject *capped(PyObject *module, PyObject *args) {
     return out;
 }
 
+/* ---- token bundles (timing/bundle_plan.py; the reference: step_cost.token_bundle) ----
+ * One layer group's token-count components from its per-rank token counts, element by element as the
+ * numpy of attention_cost.py / moe_cost.py does them. Constants come folded (bundle_plan.BundlePlan):
+ * `scal` named slots (B_* below, the same names in bundle_plan.py), `gemms` rows of GEMM constants
+ * (roofline._gemm_constants: G_* columns), the attention projections first, then the fixed rows. */
+
+enum { B_KO, B_SMS, B_PERSM, B_NPROJ, B_MHC, B_MHC_F0, B_MHC_F1, B_MHC_F2, B_MHC_F3, B_MHC_F4, B_MHC_KK, B_MHC_DEN,
+       B_MHC_TIMES, B_AR, B_AR_HID, B_AR_ALPHA, B_AR_C1, B_AR_LINK, B_AR_ONESHOT, B_AR_OKA, B_AR_RM1, B_AR_OLINK,
+       B_AR_TIMES, B_DENSE_TIMES, B_NMOE, B_TOPK, B_EP, B_DISP, B_PRE, B_TILE, B_MEGA, B_GG_N, B_GG_K, B_GG_PEAK,
+       B_GG_BW, B_GG_EB, B_GG_ETP, B_GG_ACT, B_GATE_C, B_GATE_VF, B_SH, B_SH_ROUTED, B_SH_PACKED, B_SH_SMALL, B_DC,
+       B_DC_REMOTE, B_DC_FAR, B_DC_ROW, B_DC_LINK, B_DC_NIC, B_DC_C, B_DC_COMB, B_DC_DEN, B_LM, B_LM_SEQS, B_HOST,
+       B_ENG_N, B_ENG_LAYERS, B_ENG_LAT, B_ENG_BYTES, B_ENG_DEN, B_ENG_L0, B_SLOTS = B_ENG_L0 + 8 };
+enum { G_FPR, G_WB, G_BPR, G_COLS, G_SPLIT, G_CAP, G_BW, G_PEAK, G_TIMES, G_WIDTH };
+/* the fixed GEMM rows after the projections */
+enum { R_DENSE_UP, R_DENSE_DOWN, R_GATE, R_SH_UP, R_SH_DOWN, R_LM, R_FIXED };
+/* the components, as slots of out [C_COUNT, 3 (t, tc, tm), R + 1 (the busiest EP rank last)] */
+enum { C_PROJ, C_MHC, C_AR, C_DENSE, C_MOE_GEMM, C_GATE, C_SHARED, C_DC, C_LM, C_HOST, C_ENGRAM, C_COUNT };
+
+/* roofline.gemm_time of m rows: (t, tc, tm) */
+static void gemm(double *t, double *tc, double *tm, const double *g, const double *s, double m) {
+    double flops = m * g[G_FPR], bytes = g[G_WB] + m * g[G_BPR], bw = g[G_BW];
+    if (isnan(bw)) {
+        double ctas = np_max(ceil(np_max(m, 1.0) / 128.0) * g[G_COLS], g[G_SPLIT]);
+        bw = np_min(g[G_CAP], np_min(ctas, s[B_SMS]) * s[B_PERSM]);
+    }
+    double c = flops / g[G_PEAK], mm = bytes / bw, busy = m > 0 ? 1.0 : 0.0;
+    *t = (np_max(c, mm) + s[B_KO]) * busy;
+    *tc = c * busy;
+    *tm = mm * busy;
+}
+
+/* moe_cost._up_down: two GEMMs summed */
+static void up_down(double *t, double *tc, double *tm, const double *up, const double *down, const double *s, double m) {
+    double a[3], b[3];
+    gemm(a, a + 1, a + 2, up, s, m);
+    gemm(b, b + 1, b + 2, down, s, m);
+    *t = a[0] + b[0]; *tc = a[1] + b[1]; *tm = a[2] + b[2];
+}
+
+#define OUT(c, k, r) o[((c) * 3 + (k)) * W + (r)]
+
+/* bundle(out, totals, tokens, seqs, scal, gemms) -> bit mask of the components present (1 << C_*);
+ * totals [2, R]: the attention-part and MoE-part totals (parts.ATTN_PART / MOE_PART order) */
+static PyObject *bundle(PyObject *module, PyObject *args) {
+    Py_buffer ob, tb, kb, qb, sb, gb;
+    if (!PyArg_ParseTuple(args, "w*w*y*y*y*y*:bundle", &ob, &tb, &kb, &qb, &sb, &gb)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t R = kb.len / 8, W = R + 1;
+    const double *s = (const double *)sb.buf, *tok = (const double *)kb.buf, *seqs = (const double *)qb.buf;
+    if (check(&sb, 8, B_SLOTS, "scal") || check(&qb, 8, R, "seqs") || check(&ob, 8, C_COUNT * 3 * W, "out")
+        || check(&tb, 8, 2 * R, "totals") || R < 1)
+        goto done;
+    Py_ssize_t P = (Py_ssize_t)s[B_NPROJ];
+    if (check(&gb, 8, (P + R_FIXED) * G_WIDTH, "gemms")) goto done;
+    const double *gm = (const double *)gb.buf, *fixed = gm + P * G_WIDTH;
+    double *o = (double *)ob.buf, *tot = (double *)tb.buf;
+    memset(o, 0, (size_t)ob.len);
+    long mask = (1L << C_PROJ);
+    double tmax = tok[0];
+    for (Py_ssize_t r = 1; r < R; r++) tmax = np_max(tmax, tok[r]);
+    double tsum = pairwise_sum(tok, R);
+    /* attention_cost.token_attention */
+    double *terms = (double *)malloc(sizeof(double) * (size_t)(3 * P + 1));
+    if (!terms) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t r = 0; r < R; r++) {
+        double x = tok[r];
+        for (Py_ssize_t p = 0; p < P; p++) {
+            const double *g = gm + p * G_WIDTH;
+            double t, c, m;
+            gemm(&t, &c, &m, g, s, x);
+            terms[p] = t * g[G_TIMES]; terms[P + p] = c * g[G_TIMES]; terms[2 * P + p] = m * g[G_TIMES];
+        }
+        /* numpy's sum over the matrices: one after another across ranks, pairwise for a lone rank */
+        for (int k = 0; k < 3; k++) {
+            const double *v = terms + k * P;
+            double acc = v[0];
+            if (R == 1) acc = pairwise_sum(v, P);
+            else for (Py_ssize_t p = 1; p < P; p++) acc += v[p];
+            OUT(C_PROJ, k, r) = acc;
+        }
+        if (s[B_MHC]) {
+            double b = x * s[B_MHC_F0] * s[B_MHC_F1] * s[B_MHC_F2] * s[B_MHC_F3] * s[B_MHC_F4];
+            double mt = (b / s[B_MHC_DEN] + s[B_MHC_KK] * (x > 0 ? 1.0 : 0.0)) * s[B_MHC_TIMES];
+            OUT(C_MHC, 0, r) = mt; OUT(C_MHC, 2, r) = mt;
+        }
+        if (s[B_AR]) {
+            double b = x * s[B_AR_HID] * 2.0, ar = 0.0;
+            if (b > 0) {
+                ar = s[B_AR_ALPHA] + s[B_AR_C1] * b / s[B_AR_LINK];
+                if (s[B_AR_ONESHOT]) {
+                    double one = s[B_AR_OKA] + s[B_AR_RM1] * b / s[B_AR_OLINK];
+                    if (one < ar) ar = one;
+                }
+            }
+            OUT(C_AR, 0, r) = ar * s[B_AR_TIMES];
+        }
+    }
+    free(terms);
+    if (s[B_MHC]) mask |= 1L << C_MHC;
+    if (s[B_AR]) mask |= 1L << C_AR;
+    /* moe_cost.moe_part: every rank, then the busiest EP rank as column R */
+    if (s[B_DENSE_TIMES]) {
+        mask |= 1L << C_DENSE;
+        for (Py_ssize_t r = 0; r < W; r++) {
+            double t, c, m, x = r < R ? tok[r] : tmax, k = s[B_DENSE_TIMES];
+            up_down(&t, &c, &m, fixed + R_DENSE_UP * G_WIDTH, fixed + R_DENSE_DOWN * G_WIDTH, s, x);
+            OUT(C_DENSE, 0, r) = t * k; OUT(C_DENSE, 1, r) = c * k; OUT(C_DENSE, 2, r) = m * k;
+        }
+    }
+    double nmoe = s[B_NMOE];
+    if (nmoe && tsum != 0) {
+        mask |= (1L << C_MOE_GEMM) | (1L << C_GATE) | (s[B_SH] ? 1L << C_SHARED : 0) | (s[B_DC] ? 1L << C_DC : 0);
+        /* moe_cost._expert_load without an expert load: the mean on every rank, the busiest last */
+        double ep = s[B_EP], pre = s[B_PRE], assign = tsum * s[B_TOPK], mean, busiest;
+        if (ep > 1) {
+            mean = assign / ep;
+            double spread = mean > 0 ? s[B_DISP] * sqrt(2.0 * mean * log(ep)) : 0.0;
+            busiest = mean + spread;
+        } else {
+            mean = busiest = assign;
+        }
+        double recv[2] = {mean, busiest}, active[2], padded[2];
+        for (int i = 0; i < 2; i++) active[i] = pre * (1.0 - exp(-recv[i] / pre));
+        double tile = s[B_TILE];
+        if (s[B_MEGA] && active[1] > 0) {
+            double x = recv[1] / active[1];
+            double p2 = ldexp(1.0, (int)fmax(0.0, ceil(log2(x > 1.0 ? x : 1.0))));
+            tile = fmin(tile, fmax(8.0, p2));
+        }
+        for (int i = 0; i < 2; i++) {
+            double per = active[i] > 0 ? recv[i] / active[i] : 0.0;
+            padded[i] = active[i] * ceil(per / tile) * tile;
+        }
+        for (Py_ssize_t r = 0; r < W; r++) {
+            int b = r == R;  /* the busiest EP rank's column */
+            double own = b ? tmax : tok[r], rows = padded[b];
+            /* grouped expert GEMM */
+            double w = active[b] * s[B_GG_EB] / s[B_GG_ETP];
+            double flops = 2.0 * rows * s[B_GG_N] * s[B_GG_K], bytes = w + rows * s[B_GG_ACT];
+            double c = flops / s[B_GG_PEAK], m = bytes / s[B_GG_BW];
+            double t = np_max(c, m) + s[B_KO] * (w > 0 ? 1.0 : 0.0);
+            OUT(C_MOE_GEMM, 0, r) = t * nmoe; OUT(C_MOE_GEMM, 1, r) = c * nmoe; OUT(C_MOE_GEMM, 2, r) = m * nmoe;
+            /* gate */
+            gemm(&t, &c, &m, fixed + R_GATE * G_WIDTH, s, own);
+            double elem = own * s[B_GATE_C] / s[B_GATE_VF];
+            OUT(C_GATE, 0, r) = (t + elem) * nmoe; OUT(C_GATE, 1, r) = (c + elem) * nmoe; OUT(C_GATE, 2, r) = m * nmoe;
+            if (s[B_SH]) {
+                up_down(&t, &c, &m, fixed + R_SH_UP * G_WIDTH, fixed + R_SH_DOWN * G_WIDTH, s, own);
+                if (s[B_SH_ROUTED] && own < s[B_SH_SMALL] && own > 0) {
+                    t = np_min(t, s[B_SH_PACKED]);
+                    m = np_min(m, s[B_SH_PACKED]);
+                }
+                OUT(C_SHARED, 0, r) = t * nmoe; OUT(C_SHARED, 1, r) = c * nmoe; OUT(C_SHARED, 2, r) = m * nmoe;
+            }
+            if (s[B_DC]) {
+                double remote = s[B_DC_REMOTE], far = s[B_DC_FAR];
+                double moved = np_max(own * s[B_TOPK] * remote, recv[b] * remote);
+                double tb_ = moved * (1.0 - far) * s[B_DC_ROW] / s[B_DC_LINK];
+                if (far > 0.0) tb_ = np_max(tb_, moved * far * s[B_DC_ROW] / s[B_DC_NIC]);
+                double d = s[B_DC_C] + tb_, red = own * s[B_TOPK] * s[B_DC_COMB] / s[B_DC_DEN];
+                OUT(C_DC, 0, r) = (moved > 0 ? d + red : 0.0) * nmoe;
+            }
+        }
+    }
+    /* lm_head and the host's step work (the all-token layer group) */
+    if (s[B_LM]) {
+        mask |= 1L << C_LM;
+        for (Py_ssize_t r = 0; r < R; r++)
+            gemm(&OUT(C_LM, 0, r), &OUT(C_LM, 1, r), &OUT(C_LM, 2, r), fixed + R_LM * G_WIDTH, s,
+                 s[B_LM_SEQS] ? seqs[r] : tok[r]);
+    }
+    if (s[B_HOST] > 0.0) {
+        mask |= 1L << C_HOST;
+        for (Py_ssize_t r = 0; r < R; r++) OUT(C_HOST, 0, r) = s[B_HOST] * (tok[r] > 0 ? 1.0 : 0.0);
+    }
+    /* the parts' totals in parts.ATTN_PART and MOE_PART order (engram's before it is added) */
+    static const int attn_order[] = {C_PROJ, C_MHC, C_AR, C_ENGRAM, C_LM, C_HOST};
+    static const int moe_order[] = {C_GATE, C_DC, C_MOE_GEMM, C_SHARED, C_DENSE};
+    Py_ssize_t nengram = (Py_ssize_t)s[B_ENG_N];
+    for (int pass = nengram ? 0 : 1; pass < 2; pass++) {
+        for (Py_ssize_t r = 0; r < R; r++) {
+            double a = 0.0, m = 0.0;
+            for (int i = 0; i < 6; i++)
+                if (mask & (1L << attn_order[i])) a = a + OUT(attn_order[i], 0, r);
+            for (int i = 0; i < 5; i++)
+                if (mask & (1L << moe_order[i])) m = m + OUT(moe_order[i], 0, r);
+            if (pass == 1) { tot[r] = a; tot[R + r] = m; continue; }
+            /* attention_cost.engram: the fetch less the layers before it, per engram layer */
+            double per_layer = (a + m) / s[B_ENG_LAYERS], x = tok[r];
+            double fetch = s[B_ENG_LAT] + x * s[B_ENG_BYTES] / s[B_ENG_DEN], total = 0.0;
+            for (Py_ssize_t i = 0; i < nengram; i++) {
+                double exposed = np_max(0.0, fetch - s[B_ENG_L0 + i] * per_layer) + s[B_KO];
+                total = total + exposed * (x > 0 ? 1.0 : 0.0);
+            }
+            OUT(C_ENGRAM, 0, r) = total;
+        }
+        if (pass == 0) mask |= 1L << C_ENGRAM;
+    }
+    result = PyLong_FromLong(mask);
+done:
+    PyBuffer_Release(&ob); PyBuffer_Release(&tb); PyBuffer_Release(&kb); PyBuffer_Release(&qb);
+    PyBuffer_Release(&sb); PyBuffer_Release(&gb);
+    return result;
+}
+#undef OUT
+
 static PyMethodDef methods[] = {
     {"features", features, METH_VARARGS,
      "features(out, q, end, starts, nonempty, zeros, consts): a layer group's per-rank context features"},
@@ -479,6 +685,8 @@ static PyMethodDef methods[] = {
     {"critical", critical, METH_VARARGS,
      "critical(kvs, transfer, attn_totals, moe_totals, both): (ra, idle, a_t, i_t) of a step, attn + moe into both"},
     {"capped", capped, METH_VARARGS, "capped(values, cap): tuple(min(v, cap) for v in values)"},
+    {"bundle", bundle, METH_VARARGS,
+     "bundle(out, totals, tokens, seqs, scal, gemms): a layer group's token bundle components; their mask"},
     {NULL, NULL, 0, NULL},
 };
 

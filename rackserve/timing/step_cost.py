@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rackserve.timing import bundle_plan
 from rackserve.timing.attention_cost import (
     engram,
     host_overhead,
@@ -92,6 +93,19 @@ def token_bundle(
         hit = ctx.memo.get(key)
         if hit is not None:
             return hit
+    if expert_tokens is None and bundle_plan.supported(lay):
+        bundle = bundle_kernel(ctx, lay, phase, lg, gi, tokens, seqs)
+    else:
+        bundle = _bundle(ctx, lay, phase, lg, gi, tokens, seqs, tokens_full, expert_tokens)
+    if key is not None:
+        if len(ctx.memo) > MEMO_LIMIT:
+            ctx.memo.clear()
+        ctx.memo[key] = bundle
+    return bundle
+
+
+def _bundle(ctx, lay: Layout, phase: str, lg: LayerGroups, gi: int, tokens, seqs, tokens_full, expert_tokens) -> Bundle:
+    """token_bundle's components computed (its numpy form: the reference)."""
     b_parts, b_crit = Parts(lay.dp), Parts(1)
     token_attention(ctx, lay, phase, lg, gi, tokens, b_parts)
     moe_part(ctx, lay, phase, lg, gi, tokens, tokens_full, expert_tokens, b_parts, b_crit)
@@ -99,12 +113,21 @@ def token_bundle(
         lm_head(ctx, lay, phase, tokens, seqs, b_parts)
         host_overhead(ctx, tokens, b_parts)
     engram(ctx, lg, gi, tokens, b_parts)
-    bundle = Bundle.of(b_parts, b_crit)
-    if key is not None:
-        if len(ctx.memo) > MEMO_LIMIT:
-            ctx.memo.clear()
-        ctx.memo[key] = bundle
-    return bundle
+    return Bundle.of(b_parts, b_crit)
+
+
+def _numpy_bundle(ctx, lay: Layout, phase: str, lg: LayerGroups, gi: int, tokens, seqs) -> Bundle:
+    return _bundle(ctx, lay, phase, lg, gi, tokens, seqs, None, None)
+
+
+def _compiled_bundle(ctx, lay: Layout, phase: str, lg: LayerGroups, gi: int, tokens, seqs) -> Bundle:
+    return bundle_plan.compiled_bundle(bundle_plan.plan_of(ctx, lay, phase, lg, gi), tokens, seqs)
+
+
+# name -> (numpy twin, compiled kernel), as step_plan.KERNELS: a bundle without an expert load by
+# timing/bundle_plan.py where timing/_pricer.c is built (tests swap in the twin: test_pricer.py)
+KERNELS = {"bundle_kernel": (_numpy_bundle, _compiled_bundle)}
+bundle_kernel = KERNELS["bundle_kernel"][1 if bundle_plan.AVAILABLE else 0]
 
 
 def _assemble(

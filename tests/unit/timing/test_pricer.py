@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from rackserve.sim.run import timing_for
 from rackserve.timing import RankBatch, StepBatch, StepCost, TimingModel, pricer
 from rackserve.timing import step_assemble as sa
+from rackserve.timing import step_cost as sc
 from rackserve.timing import step_plan as sp
 
 pytestmark = pytest.mark.skipif(not pricer.AVAILABLE, reason="timing/_pricer.c not built (no C compiler)")
@@ -28,10 +29,10 @@ PRICED = ("step_time", "decode_token_time", "mixed_token_time", "verify_step_tim
 
 @contextmanager
 def twins():
-    """step_plan and step_assemble price with their numpy twins inside (the reference)."""
-    chosen = [(mod, name, getattr(mod, name)) for mod in (sp, sa) for name in mod.KERNELS]
+    """step_plan, step_assemble and step_cost (token bundles) price with their numpy twins inside (the reference)."""
+    chosen = [(mod, name, getattr(mod, name)) for mod in (sp, sa, sc) for name in mod.KERNELS]
     try:
-        for mod in (sp, sa):
+        for mod in (sp, sa, sc):
             for name, (twin, _) in mod.KERNELS.items():
                 setattr(mod, name, twin)
         yield
@@ -154,6 +155,49 @@ def test_critical_rank_matches_the_numpy_twin(ranks, groups, seed, transfer, idl
     assert got[4].tobytes() == want[4].tobytes()
     total = float(rng.random() * 3e-3)
     assert pricer.busy(got[4], total) == sa._busy(want[4], total)
+
+
+BUNDLE_LAYOUTS = (("dep2", None), ("tp8", None), ("wide-ep", 8), ("wide-ep", 24))
+
+
+@pytest.mark.parametrize("tm_args", MODELS)
+@pytest.mark.parametrize("draft", [False, True])
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), idle=st.floats(0.0, 1.0), scale=st.sampled_from([8, 300, 20_000]))
+def test_token_bundles_match_the_numpy_twin(tm_args, draft, seed, idle, scale):
+    """The compiled token bundle (timing/bundle_plan.py) against step_cost's numpy one, every layer group
+    of both phases on each layout: every component's times, the critical EP rank's, totals and labels."""
+    tm = TimingModel.create(*tm_args)
+    if draft:
+        if tm.speculation is None:
+            return
+        tm = tm._draft_model()
+    ctx, rng = tm._ctx, np.random.default_rng(seed)
+    for name in BUNDLE_LAYOUTS:
+        lay = tm.layout(*name)
+        tokens = rng.integers(0, scale, lay.dp) * (rng.random(lay.dp) >= idle)
+        seqs = np.minimum(tokens, rng.integers(1, 9, lay.dp)).astype(np.float64)
+        tokens = tokens.astype(np.float64)
+        for phase in ("prefill", "decode"):
+            lg = ctx.groups[phase]
+            for gi in (0, 1):
+                if lg.layers[gi] == 0:
+                    continue
+                want = sc._numpy_bundle(ctx, lay, phase, lg, gi, tokens, seqs)
+                got = sc._compiled_bundle(ctx, lay, phase, lg, gi, tokens, seqs)
+                where = f"{lay.key} {phase} {gi}"
+                for part in ("t", "tc", "tm"):
+                    g, w = getattr(got.parts, part), getattr(want.parts, part)
+                    assert list(g) == list(w), f"{where} {part} names"
+                    for key, value in w.items():
+                        assert not mismatches(g[key], value, f"{where} {part} {key}")
+                assert got.crit_bound == want.crit_bound and list(got.crit_breakdown) == list(want.crit_breakdown)
+                for key, value in want.crit_breakdown.items():
+                    assert not mismatches(got.crit_breakdown[key], value, f"{where} crit {key}")
+                assert not mismatches(got.attn_total, want.attn_total, f"{where} attention total")
+                assert not mismatches(got.moe_total, want.moe_total, f"{where} MoE total")
+                for r in range(lay.dp):
+                    assert got.rank_tail(r)[1] == want.rank_tail(r)[1]
 
 
 class Recorder:
