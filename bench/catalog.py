@@ -71,6 +71,11 @@ PURPOSES: tuple[Purpose, ...] = (
                "--minutes 10 --sample --baseline COMMIT",
                "simulator speed on the real AgentX traces at rack scale", headlines.sim_agentx,
                "10 simulated min at 10,000 lanes in <= 30 s wall"),
+        Result("bench/results/simulator/planner_vs_dynamo.json", f"{PY} bench/simulator/planner_vs_dynamo.py",
+               "issue 52's load step exported as one trace: rackserve's planner policies and every fixed P x D beside "
+               "Dynamo's replay (its mocker priced by rackserve's cost model; Dynamo's planner skipped: no "
+               "aisimulate), SLA attainment and GPU-hours (planner_vs_dynamo.md is generated from it)",
+               lambda d: d["headline"], "record the gap"),
         Result("bench/results/simulator/frontier_point.json", f"{PY} bench/simulator/frontier_point.py --baseline "
                "COMMIT --sample", "one 900 s AgentX frontier point: CPU s and peak memory in a fresh process "
                "(bench/results/simulator/frontier_point.md is generated from it)", headlines.sim_point,
