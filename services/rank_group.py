@@ -78,6 +78,10 @@ class InProcessGroup:
     def _call(self, fn: Callable, *args: Any) -> asyncio.Future:
         return asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
+    def close(self) -> None:
+        """The instance stops (the planner drained it): its thread ends once idle."""
+        self._thread.shutdown(wait=False)
+
 
 class StepBatcher:
     """Collects the step calls made in one event-loop turn into one `step_ranks` call."""
@@ -120,7 +124,7 @@ class GroupedRank:
     """One rank of a `RankGroup`, with the methods the services call on a rank actor."""
 
     def __init__(self, batcher: StepBatcher, rank: int) -> None:
-        group = batcher.group
+        self.group = group = batcher.group  # the instance's one actor (or InProcessGroup)
         self.step = _Method(lambda inbox=(): batcher.step(rank, inbox))
         self.cancel = _Method(lambda request_id: group.cancel.remote(rank, request_id))
         self.ready = _Method(lambda: group.ready.remote(rank))

@@ -45,3 +45,17 @@ def instances(cfg: Config, role: Role) -> list[InstanceSpec]:
                 )
             )
     return out
+
+
+def running_at_start(cfg: Config, role: Role) -> list[InstanceSpec]:
+    """The instances a worker starts: all of them, or under a planner (issue 52) the first
+    planner.initial_<role> of them (default: planner.max_<role>, else all); the planner starts
+    and stops the rest (services/router/planner_loop.py)."""
+    specs = instances(cfg, role)
+    planner = cfg.planner
+    if planner is None:
+        return specs
+    n = getattr(planner, f"initial_{role}") or getattr(planner, f"max_{role}") or len(specs)
+    if n > len(specs):
+        raise ValueError(f"planner.initial_{role}: {n} is more than the {len(specs)} instances deployment.{role} builds")
+    return specs[:n]

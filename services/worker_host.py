@@ -14,6 +14,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import grpc
@@ -32,7 +33,7 @@ from services.rank_group import GroupedRank, InProcessGroup, RankGroup, StepBatc
 from services.rank_idle import RankIdleExport
 from services.rank_worker import RankWorker
 from services.step_memo import StepMemo
-from services.topology import InstanceSpec, instances
+from services.topology import InstanceSpec, instances, running_at_start
 
 JOIN_ATTEMPTS = 5
 RANK_CPUS = 0.1  # CPU share reserved per rank actor (the twin's math is small)
@@ -176,19 +177,18 @@ class Worker:
 
     cfg: Config
     timing: TimingModel
-    specs: dict[str, InstanceSpec]
-    actors: dict[str, list]
+    specs: dict[str, InstanceSpec]  # every instance the deployment builds
+    actors: dict[str, list]  # the running ones' rank handles
     metrics: ProcessMetrics
+    spawn: Callable[[InstanceSpec], list]  # one instance's rank actors (the planner's start)
 
 
 def start_worker(role: str, args: argparse.Namespace) -> Worker:
     cfg = load_config(args.config)
     join_ray(args.ray_address or cfg.cluster.ray_address)
     specs = {s.name: s for s in instances(cfg, role)}  # type: ignore[arg-type]
-    actors = {
-        name: spawn_instance(s, cfg, args.redis_url, args.pool, args.engram)
-        for name, s in specs.items()
-    }
+    running = running_at_start(cfg, role)  # type: ignore[arg-type]  # all, or a planner's initial ones
+    actors = {s.name: spawn_instance(s, cfg, args.redis_url, args.pool, args.engram) for s in running}
     # Instances start side by side (a mock group does not wait for itself); all answer before serving
     # (ranks in this process answered as they were made).
     if not (cfg.engine.kind == "mock" and cfg.engine.mock_ranks == "service"):
@@ -196,27 +196,52 @@ def start_worker(role: str, args: argparse.Namespace) -> Worker:
     metrics = serve_metrics(cfg, args.metrics_port, args.host)
     for key in (key for spec in specs.values() for key in spec.ranks()):
         metrics.vllm.declare_rank(key.engine, cfg.engine.block_size, cfg.engine.cache_blocks_per_rank)
-    return Worker(cfg, TimingModel.from_section(cfg.timing), specs, actors, metrics)
+    spawn = partial(spawn_instance, cfg=cfg, redis_url=args.redis_url, pool_addr=args.pool, engram=args.engram)
+    return Worker(cfg, TimingModel.from_section(cfg.timing), specs, actors, metrics, spawn)
 
 
-def make_loops(
-    worker: Worker, phase: str, on_step: Callable[[StepDone], None]
-) -> dict[str, InstanceLoop]:
-    memo = StepMemo(worker.timing)  # one per process: its instances share the memo
-    keys = [key for spec in worker.specs.values() for key in spec.ranks()]
-    idle = RankIdleExport(worker.metrics, keys)  # one per process: idle while its other ranks have waiting work
-    return {
-        name: InstanceLoop(
-            spec,
-            worker.actors[name],
-            Pricer(worker.timing, spec, phase, memo),
-            worker.cfg.cluster.time_scale,
-            worker.metrics,
-            on_step,
-            idle,
-        )
-        for name, spec in worker.specs.items()
-    }
+def stop_instance(spec: InstanceSpec, ranks: list, wait_s: float = 10.0) -> None:
+    """Kill an instance's rank actors (or its mock group) for good and free its placement group;
+    returns once their names are free again (so a later start may reuse them)."""
+    handles: list = []
+    for rank in ranks:
+        handle = rank.group if isinstance(rank, GroupedRank) else rank
+        if all(h is not handle for h in handles):
+            handles.append(handle)
+    for handle in handles:
+        if isinstance(handle, InProcessGroup):
+            handle.close()
+        else:
+            ray.kill(handle, no_restart=True)
+    try:
+        ray.util.remove_placement_group(ray.util.get_placement_group(f"rackserve-{spec.name}"))
+    except ValueError:  # mock groups have none
+        pass
+    names = [f"{spec.name}/{r}" for r in range(spec.dp_ranks)] + [f"{spec.name}/ranks"]
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(_named_alive(n) for n in names):
+        time.sleep(0.05)
+
+
+def _named_alive(name: str) -> bool:
+    try:
+        ray.get_actor(name)
+        return True
+    except ValueError:
+        return False
+
+
+def make_loop(worker: Worker, spec: InstanceSpec, phase: str, on_step: Callable[[StepDone], None],
+              memo: StepMemo, idle: RankIdleExport) -> InstanceLoop:
+    return InstanceLoop(
+        spec,
+        worker.actors[spec.name],
+        Pricer(worker.timing, spec, phase, memo),
+        worker.cfg.cluster.time_scale,
+        worker.metrics,
+        on_step,
+        idle,
+    )
 
 
 async def serve_grpc(
@@ -227,14 +252,15 @@ async def serve_grpc(
     add(server)
     server.add_insecure_port(f"{args.host}:{args.port}")
     await server.start()
-    tasks = [asyncio.create_task(loop.run()) for loop in service.loops.values()]
-    tasks.append(asyncio.create_task(service.refresh_rank_state()))
+    for name in list(service.loops):
+        service.run_loop(name)
+    tasks = [asyncio.create_task(service.refresh_rank_state())]
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     await stop.wait()
     await server.stop(grace=0.5)
-    for task in tasks:
+    for task in [*tasks, *service.loop_tasks.values()]:
         task.cancel()
     ray.shutdown()
 

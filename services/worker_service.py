@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Container
 from typing import ClassVar
 
@@ -17,10 +18,12 @@ from rackserve.model.logprobs import TokenLogprob
 from services import rank_probe
 from services._proto import prefill_pb2
 from services.instance_loop import InstanceLoop, StepDone
+from services.rank_idle import RankIdleExport
 from services.rank_inbox import INVALID, QUEUE_FULL, AdmitResult, Admitted
 from services.rank_worker import RankState
+from services.step_memo import StepMemo
 from services.topology import InstanceSpec
-from services.worker_host import Worker, make_loops
+from services.worker_host import Worker, make_loop, stop_instance
 
 log = logging.getLogger(__name__)
 STATE_INTERVAL_S = 1.0  # how stale a rank gauge may be
@@ -114,33 +117,82 @@ class WorkerService:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.specs, self.actors, self.metrics = worker.specs, worker.actors, worker.metrics
-        self.loops: dict[str, InstanceLoop] = make_loops(worker, self.phase, self.on_step)
+        self.memo = StepMemo(worker.timing)  # one per process: its instances share the memo
+        keys = [key for spec in worker.specs.values() for key in spec.ranks()]
+        self.idle = RankIdleExport(worker.metrics, keys)  # idle while its other ranks have waiting work
+        self.loops: dict[str, InstanceLoop] = {name: self._loop(name) for name in worker.actors}
+        self.loop_tasks: dict[str, asyncio.Task] = {}
         self.states: dict[tuple[str, int], RankState] = {}  # each rank's last state report
+        self._scaling = asyncio.Lock()  # one start or stop at a time
+
+    def _loop(self, name: str) -> InstanceLoop:
+        return make_loop(self.worker, self.specs[name], self.phase, self.on_step, self.memo, self.idle)
+
+    def run_loop(self, name: str) -> None:
+        self.loop_tasks[name] = asyncio.get_running_loop().create_task(self.loops[name].run())
 
     def on_step(self, done: StepDone) -> None:
+        raise NotImplementedError
+
+    def requests_on(self, instance: str) -> int:
+        """Requests this service holds on `instance` (admitted, not answered)."""
         raise NotImplementedError
 
     async def Health(
         self, request: prefill_pb2.WorkerHealthRequest, context: grpc.aio.ServicerContext
     ) -> prefill_pb2.WorkerHealthReply:
+        actors = dict(self.actors)
         return prefill_pb2.WorkerHealthReply(
             ready=True,
-            instances=list(self.specs),
-            unresponsive=await rank_probe.unresponsive(self.actors),
-            ranks=[rank_status(name, r, state) for (name, r), state in self.states.items()],
+            instances=list(actors),
+            unresponsive=await rank_probe.unresponsive(actors),
+            ranks=[rank_status(name, r, state) for (name, r), state in self.states.items() if name in actors],
         )
 
+    async def Scale(
+        self, request: prefill_pb2.ScaleRequest, context: grpc.aio.ServicerContext
+    ) -> prefill_pb2.ScaleReply:
+        """Start an instance's rank actors and its loop (run), or stop them (not run) once nothing
+        is on it; both idempotent."""
+        name = request.instance
+        if name not in self.specs:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"instance: unknown instance {name!r}")
+        started = time.monotonic()
+        async with self._scaling:
+            if request.run and name not in self.actors:
+                self.actors[name] = await asyncio.to_thread(self.worker.spawn, self.specs[name])
+                self.loops[name] = self._loop(name)
+                self.run_loop(name)
+                log.info("%s: started", name)
+            elif not request.run and name in self.actors:
+                held = self.requests_on(name)
+                if held:
+                    await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                        f"instance: {name} still has {held} request(s); drain it first")
+                ranks = self.actors.pop(name)
+                self.loops.pop(name)
+                task = self.loop_tasks.pop(name, None)
+                if task is not None:
+                    task.cancel()
+                for r in range(len(ranks)):
+                    self.states.pop((name, r), None)
+                    self._observe(RankKey(name, r, self.specs[name].role), RankState(0, 0, 0, 0, 0))  # its gauges at 0
+                await asyncio.to_thread(stop_instance, self.specs[name], ranks)
+                log.info("%s: stopped", name)
+        return prefill_pb2.ScaleReply(instance=name, running=name in self.actors, took_s=time.monotonic() - started)
+
     async def refresh_rank_state(self, interval_s: float = STATE_INTERVAL_S) -> None:
-        """Forever: every rank's gauges from its `state()` (a rank that does not answer keeps
-        its last values until it does)."""
-        keys = [(name, r) for name, ranks in self.actors.items() for r in range(len(ranks))]
+        """Forever: every running rank's gauges from its `state()` (a rank that does not answer
+        keeps its last values until it does)."""
         while True:
             await asyncio.sleep(interval_s)
+            actors = dict(self.actors)
+            keys = [(name, r) for name, ranks in actors.items() for r in range(len(ranks))]
             states = await asyncio.gather(
-                *(self._state(self.actors[n][r]) for n, r in keys), return_exceptions=True
+                *(self._state(actors[n][r]) for n, r in keys), return_exceptions=True
             )
             for (name, r), state in zip(keys, states, strict=True):
-                if isinstance(state, RankState):
+                if isinstance(state, RankState) and name in self.actors:
                     self.states[(name, r)] = state
                     self._observe(RankKey(name, r, self.specs[name].role), state)
 

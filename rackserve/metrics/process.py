@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from rackserve.metrics.cache import CacheMetrics
 from rackserve.metrics.front_door import FrontDoorMetrics
 from rackserve.metrics.labels import TTFT_COMPONENTS, RankKey
+from rackserve.metrics.planner import PlannerMetrics
 from rackserve.metrics.pool import PoolMetrics
 from rackserve.metrics.ranks import RankMetrics
 from rackserve.metrics.registry import Registry
@@ -31,6 +32,7 @@ class ProcessMetrics:
         self.pool = PoolMetrics(self.registry)
         self.vllm = VllmMetrics(self.registry, model_name)
         self.stages = StageMetrics(self.registry)
+        self.planner = PlannerMetrics(self.registry)
 
     def exposition(self) -> bytes:
         """The Prometheus text format of this process's registry."""

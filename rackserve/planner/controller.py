@@ -70,7 +70,8 @@ class PlannerRun:
         self.policy = make_planner(settings.policy, settings, bounds, context)
         self.targets = initial_targets(settings, bounds)
         self.timeline: dict[str, list] = {k: [] for k in TIMELINE}
-        self.decisions: list[dict] = []  # every tick's targets and changes (the live /admin/planner)
+        # every tick's targets and changes [instance, new state, its running requests then] (/admin/planner)
+        self.decisions: list[dict] = []
         self.ok_ttft = self.ok_itl = self.ok_both = self.finished = 0
         self._tick_reset()
 
@@ -138,7 +139,7 @@ class PlannerRun:
         changes = self.fleet.apply(self.targets, now, lambda s: self.startup[s.role], self._load_of)
         self.decisions.append({
             "t_s": now, "before": [before.prefill, before.decode], "targets": [self.targets.prefill, self.targets.decode],
-            "arrivals_per_s": obs.arrival_rate, "changes": [[c.slot.name, c.to] for c in changes]})
+            "arrivals_per_s": obs.arrival_rate, "changes": [[c.slot.name, c.to, self._running(c.slot)] for c in changes]})
         self._tick_reset()
         return changes
 
@@ -150,6 +151,10 @@ class PlannerRun:
                 self.fleet.drained(slot, now)
                 out.append(slot)
         return out
+
+    def _running(self, slot: InstanceSlot) -> int:
+        """Requests routed to the instance and not finished with it (a drain lets them finish)."""
+        return sum(r.running_seqs for r in self.dep.ranks(slot))
 
     def _load_of(self, slot: InstanceSlot) -> float:
         """Which active instance drains first: the least loaded (least to finish)."""

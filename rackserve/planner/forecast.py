@@ -74,6 +74,8 @@ class CostForecast:
         seqs = max(running_seqs, 1)
         itl = self._step_s(math.ceil(seqs / ranks), context_tokens)
         for _ in range(LITTLE_ROUNDS):
+            if itl == INF:  # the running sequences alone do not fit
+                return INF
             little = rate * output_tokens * itl
             seqs = max(running_seqs, math.ceil(little), 1)
             itl = self._step_s(math.ceil(seqs / ranks), context_tokens)

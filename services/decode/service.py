@@ -56,6 +56,9 @@ class DecodeService(WorkerService, decode_pb2_grpc.DecodeServicer):
             if stream is not None:
                 stream.queue.put_nowait((e, done))
 
+    def requests_on(self, instance: str) -> int:
+        return sum(st.instance == instance for st in self._streams.values())
+
     async def Generate(
         self, request: decode_pb2.DecodeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[decode_pb2.TokenChunk]:
@@ -63,6 +66,8 @@ class DecodeService(WorkerService, decode_pb2_grpc.DecodeServicer):
                                 request.request_id, self._streams)
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        if request.instance not in self.loops:  # stopped by the planner: the router routes elsewhere
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"instance: {request.instance} is not running")
         loop = self.loops[request.instance]
         stream = _Stream(request.instance, request.rank, submitted_sim_s=loop.sim_now_s)
         self._streams[request.request_id] = stream

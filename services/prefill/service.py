@@ -58,6 +58,9 @@ class PrefillService(WorkerService, prefill_pb2_grpc.PrefillServicer):
             if e.finish_reason is not None and not waiter.future.done():
                 waiter.future.set_result((e, done.sim_now_s))
 
+    def requests_on(self, instance: str) -> int:
+        return sum(w.instance == instance for w in self._waiting.values())
+
     async def Prefill(
         self, request: prefill_pb2.PrefillRequest, context: grpc.aio.ServicerContext
     ) -> prefill_pb2.PrefillReply:
@@ -65,6 +68,8 @@ class PrefillService(WorkerService, prefill_pb2_grpc.PrefillServicer):
                                 request.request_id, self._waiting)
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        if request.instance not in self.loops:  # stopped by the planner: the router routes elsewhere
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"instance: {request.instance} is not running")
         loop = self.loops[request.instance]
         waiter = _Waiter(
             asyncio.get_running_loop().create_future(), request.instance, request.dp_rank,

@@ -33,6 +33,7 @@ from services.rank_probe import PROBE_TIMEOUT_S
 from services.router.app import FrontDoor, create_app
 from services.router.limits import check_bind, guard
 from services.router.orchestrator import Orchestrator
+from services.router.planner_loop import LivePlanner
 from services.router.readiness import ROLES, Readiness
 from services.router.router_core import RouterCore
 from services.router.worker_metrics import WorkerMetrics
@@ -123,6 +124,8 @@ async def watch_workers(
                 readiness.answered[role] = False
                 continue
             core.apply_probe(list(reply.instances), set(reply.unresponsive))
+            for key in [k for k in ranks if k[0].startswith(f"{role}-") and k[0] not in reply.instances]:
+                del ranks[key]  # stopped by the planner
             ranks.update(rank_details(reply))
             readiness.answered[role] = reply.ready
         await asyncio.sleep(interval_s if all(readiness.answered.values()) else 0.2)
@@ -177,6 +180,7 @@ async def serve(args: argparse.Namespace) -> None:
         cfg.cluster.decode_chunk_timeout_s,
         time_scale=cfg.cluster.time_scale,
     )
+    planner = LivePlanner(cfg, orchestrator, timing, metrics) if cfg.planner is not None else None
     readiness = Readiness(core.routable, orchestrator.connected)
     ranks: dict[tuple[str, int], dict] = {}
     workers = WorkerMetrics(args.worker_metrics or [])
@@ -190,6 +194,7 @@ async def serve(args: argparse.Namespace) -> None:
         merge_metrics=workers.merged_with,
         instance_id=args.instance_id,
         worker_ranks=ranks,
+        planner=planner,
     )
     grpc_server = grpc.aio.server(options=SERVER_OPTIONS)
     router_pb2_grpc.add_RouterServicer_to_server(RouterService(core, cfg.cluster.worker_timeout_s), grpc_server)
@@ -203,6 +208,7 @@ async def serve(args: argparse.Namespace) -> None:
     watcher = asyncio.create_task(
         watch_workers(orchestrator, readiness, cfg.cluster.health_interval_s, ranks)
     )
+    planning = asyncio.create_task(planner.loop()) if planner is not None else None
     http = uvicorn.Server(
         uvicorn.Config(
             stamp_arrival(guard(create_app(door), cfg.cluster), metrics),
@@ -220,6 +226,8 @@ async def serve(args: argparse.Namespace) -> None:
         await http.serve()
     finally:
         watcher.cancel()
+        if planning is not None:
+            planning.cancel()
         stop.set()
         await orchestrator.close()
         await workers.close()

@@ -12,6 +12,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from fastapi import FastAPI, Request
@@ -63,6 +64,7 @@ class FrontDoor:
     waiting_for: Callable[[], list[str]] = list  # why not ready (services/router/readiness.py)
     # (instance, rank) -> node, pid, state, last step: from the workers' Health replies
     worker_ranks: dict[tuple[str, int], dict] = field(default_factory=dict)
+    planner: Any = None  # services/router/planner_loop.LivePlanner when the config has a planner
 
 
 def create_app(door: FrontDoor) -> FastAPI:
@@ -106,6 +108,13 @@ def create_app(door: FrontDoor) -> FastAPI:
     @app.delete("/admin/drain", include_in_schema=False)
     async def undrain_instance(instance: str) -> dict:
         return _drain(door, instance, False)
+
+    @app.get("/admin/planner", include_in_schema=False)
+    async def planner() -> dict:
+        """The planner's fleet, targets, decisions and SLA so far (404 without a planner)."""
+        if door.planner is None:
+            raise BadRequest("planner: this cluster's config has no planner section", "planner", status=404)
+        return door.planner.state()
 
     @app.get("/admin/ranks", include_in_schema=False)
     async def ranks() -> dict:
@@ -276,6 +285,8 @@ def _seed(asked: int | None) -> int:
 
 def _record(door: FrontDoor, trip: Trip, status: str) -> None:
     times = trip.token_times_s
+    if door.planner is not None and status == "finished" and times:
+        door.planner.on_finish(trip.ttft_s, trip.tpot_s if len(times) > 1 else None)
     door.metrics.observe_request(
         RequestRecord(
             status=status,
@@ -300,6 +311,9 @@ async def _serve(
 ) -> Response:
     rid = new_id("chatcmpl" if shape.chat else "cmpl")
     trips = choices.trips(rid, len(prep.prompt), body.n)
+    if door.planner is not None:
+        for _ in trips:
+            door.planner.on_arrival(len(prep.prompt), prep.sampling.max_tokens)
     if (arrived := arrived_s()) is not None:
         observe(door.metrics, "http_in", arrived)
     if body.stream:

@@ -88,6 +88,11 @@ class Orchestrator:
         stub = self._prefill if role == "prefill" else self._decode
         return await stub.Health(prefill_pb2.WorkerHealthRequest(), timeout=timeout_s)
 
+    async def scale(self, role: str, instance: str, run: bool, timeout_s: float) -> prefill_pb2.ScaleReply:
+        """Start (run) or stop `instance` on the `role` service (the planner's hand)."""
+        stub = self._prefill if role == "prefill" else self._decode
+        return await stub.Scale(prefill_pb2.ScaleRequest(instance=instance, run=run), timeout=timeout_s)
+
     async def generate(
         self, trip: Trip, prompt: list[int], sampling: Sampling
     ) -> AsyncIterator[list[int]]:

@@ -245,6 +245,11 @@ class RouterCore:
         with self._lock:
             return any(s.healthy for s in self._ranks.values() if s.role == role)
 
+    def rank_states(self, instance: str) -> list[RankState]:
+        """The load routing books on each DP rank of `instance` now (the planner's metric pull)."""
+        with self._lock:
+            return [s for (name, _), s in self._ranks.items() if name == instance]
+
     def ranks_of(self, instance: str) -> list[int]:
         """The DP ranks of `instance` known to routing."""
         return sorted(rank for name, rank in self._ranks if name == instance)

@@ -103,3 +103,11 @@ def test_sla_corrects_its_forecast_by_what_it_observed():
 def test_unknown_policy_names_the_field():
     with pytest.raises(ValueError, match="planner.policy"):
         make_planner("nope", PlannerSettings(), BOUNDS, {})
+
+
+def test_itl_is_infinite_when_the_running_sequences_alone_do_not_fit():
+    forecast = CostForecast(StepTiming(), RoleShape("dep2", "dep2", 2, 2, chunk_tokens=8192),
+                            RoleShape("wide-ep", "wide-ep", 8, 8, max_seqs=4, kv_tokens=10**7), headroom=0.85)
+    # 64 running on 8 ranks is 8 per rank, over max_seqs 4 (it raised OverflowError before)
+    assert forecast.itl_s(1, 5.0, 100, 2000, running_seqs=64) == float("inf")
+    assert forecast.itl_s(2, 5.0, 100, 2000, running_seqs=64) < float("inf")  # 4 per rank fits
