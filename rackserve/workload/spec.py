@@ -18,6 +18,8 @@ from pydantic import (
     model_validator,
 )
 
+from rackserve.workload.lanes import check_lanes_schedule
+
 DEFAULT_AGENTX_TRACE = str(Path(__file__).resolve().parents[2] / "data/agentx/claude_code_traces_dev.jsonl.gz")
 DEEPSEEK_V4_MAX_CONTEXT = 1_048_576  # DeepSeek-V4 family: 1M-token context (DeepSeek V4 model card)
 
@@ -92,9 +94,29 @@ class AgentXTraceWorkload(_Spec):
     measure_start_s: float = Field(
         60.0, ge=0, description="measured window start: requests finishing from here count (warm-ups never)")
     measure_s: float | None = Field(None, gt=0, description="measured window length (None: to duration_s)")
+    lanes_schedule: tuple[tuple[float, int], ...] | None = Field(
+        None, description="[[t_s, lanes], ...] (issue 52: sessions in waves): lane i starts conversations while "
+        "the schedule runs more than i lanes; a conversation under way runs to its end, and the lane's next one "
+        "waits for the schedule to reach it again; lanes open at t_s 0 start as `concurrency` lanes do, the "
+        "others at turn 0 when opened; replaces `concurrency` (set to the most lanes)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lanes(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("lanes_schedule"):
+            sched = check_lanes_schedule(tuple(tuple(x) for x in data["lanes_schedule"]))
+            data = {**data, "concurrency": max(n for _, n in sched)}
+        return data
+
+    @field_validator("lanes_schedule")
+    @classmethod
+    def _schedule(cls, sched: tuple[tuple[float, int], ...] | None) -> tuple[tuple[float, int], ...] | None:
+        return check_lanes_schedule(sched)
 
     @model_validator(mode="after")
     def _ranges(self) -> AgentXTraceWorkload:
+        if self.lanes_schedule is not None and self.warmup_first:
+            raise ValueError("lanes_schedule and warmup_first cannot both be set (lanes opened later have no warm-up)")
         if self.start_ratio_min > self.start_ratio_max:
             raise ValueError("start_ratio_min must be <= start_ratio_max")
         if self.measure_start_s >= self.duration_s:
@@ -131,15 +153,7 @@ class UniformWorkload(_Spec):
     @field_validator("lanes_schedule")
     @classmethod
     def _schedule(cls, sched: tuple[tuple[float, int], ...] | None) -> tuple[tuple[float, int], ...] | None:
-        if sched is None:
-            return sched
-        if not sched or sched[0][0] != 0:
-            raise ValueError("the first entry must be at t_s 0")
-        if any(b[0] <= a[0] for a, b in zip(sched, sched[1:], strict=False)):
-            raise ValueError("times must increase")
-        if any(lanes < 0 for _, lanes in sched) or not any(lanes for _, lanes in sched):
-            raise ValueError("lanes must be >= 0, some > 0")
-        return sched
+        return check_lanes_schedule(sched)
 
 
 AnyWorkload = MooncakeWorkload | AgentXWorkload | AgentXTraceWorkload | UniformWorkload

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rackserve.workload.conversation import Conversation, FanOut, Turn
+from rackserve.workload.lanes import lane_start
 from rackserve.workload.request import Request
 from rackserve.workload.spec import AgentXTraceWorkload
 from rackserve.workload.tokens import content_id
@@ -126,7 +127,13 @@ class TraceReplaySource:
         for lane in range(s.concurrency):
             rng = np.random.default_rng([s.seed, lane])
             at = float(rng.uniform(0.0, s.start_stagger_s)) if s.start_stagger_s else 0.0
+            opens = 0.0 if s.lanes_schedule is None else lane_start(s.lanes_schedule, lane, 0.0)
+            if opens is None:
+                continue
             tree = self._new_tree(lane, self._next_conv())
+            if opens > 0.0:  # opened later by the schedule: a new session, at turn 0
+                out += self._launch_or_recycle(tree, opens)
+                continue
             warm = self._warmup_step(tree.conv, float(rng.uniform(s.start_ratio_min, s.start_ratio_max)))
             if warm is None:
                 out += self._launch_or_recycle(tree, at)
@@ -214,9 +221,10 @@ class TraceReplaySource:
         if tree.drained or tree.outstanding or not (tree.dead or (tree.parent_done and not tree.waiting)):
             return []
         tree.drained = True
-        if now >= self._t0 + self.spec.duration_s:
+        at = now if self.spec.lanes_schedule is None else lane_start(self.spec.lanes_schedule, tree.lane, now)
+        if at is None or at >= self._t0 + self.spec.duration_s:
             return []
-        return self._launch_or_recycle(self._new_tree(tree.lane, self._next_conv()), now)
+        return self._launch_or_recycle(self._new_tree(tree.lane, self._next_conv()), at)
 
     # ---- the parent and its subagents -------------------------------------------------------------
     def _parent_next(self, tree: _Tree, now: float) -> list[Request]:

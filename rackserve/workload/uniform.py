@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rackserve.workload.lanes import lane_start
 from rackserve.workload.request import Request
 from rackserve.workload.spec import UniformWorkload
 from rackserve.workload.tokens import HashChain, content_id
@@ -67,12 +68,3 @@ class UniformSource:
         lo = 1.0 - s.length_spread
         p, o = self._rng.uniform(lo, 1.0, size=2)
         return max(1, round(p * s.prompt_tokens)), max(1, round(o * s.output_tokens))
-
-
-def lane_start(schedule: tuple[tuple[float, int], ...], lane: int, now_s: float) -> float | None:
-    """The first time at or after `now_s` when `schedule` runs more than `lane` lanes (None: never)."""
-    for i, (t, lanes) in enumerate(schedule):
-        t_next = schedule[i + 1][0] if i + 1 < len(schedule) else float("inf")
-        if t_next > now_s and lanes > lane:
-            return max(t, now_s)
-    return None

@@ -214,3 +214,46 @@ def test_without_warmup_first_a_lane_goes_on_after_its_own_warmup():
     assert src.released_at_s == 0.0
     reqs = {r.lane: r for r in src.start()}
     assert src.on_done(reqs[0], 1.0)[0].arrival_s == 11.0
+
+
+def _lane_sessions(reqs):
+    """Each session's (first arrival, first turn), in order of first arrival."""
+    first = {}
+    for r in reqs:
+        first.setdefault(r.session, (r.arrival_s, r.turn, r.warmup))
+    return sorted(first.values())
+
+
+def test_a_lanes_schedule_opens_lanes_late_at_turn_zero_and_lets_sessions_finish_when_it_drops():
+    # lanes 1 -> 3 at 100 s -> 1 at 300 s; each conversation: 4 turns 20 s apart (~33 s at 1 s latency + 10 s think)
+    src = _source([chain(4, "a"), chain(4, "b")], lanes_schedule=[[0, 1], [100, 3], [300, 1]], duration_s=600.0,
+                  start_ratio_min=0.0, start_ratio_max=0.0)
+    assert src.spec.concurrency == 3  # the most lanes the schedule runs
+    reqs = _drive(src)
+    sessions = _lane_sessions(reqs)
+    late = [s for s in sessions if s[0] >= 100.0]
+    # the two lanes opened at 100 s start new sessions there, at turn 0, not as warm-ups
+    assert [s for s in late if s[0] == 100.0] == [(100.0, 0, False)] * 2
+    # three lanes between 100 s and 300 s: three sessions at a time
+    assert max(sum(1 for lo, hi in _spans(reqs).values() if lo <= t <= hi) for t in range(100, 300)) == 3
+    # sessions under way when the schedule drops run to their end (all 4 turns) ...
+    spans = _spans(reqs)
+    count = {k: sum(1 for r in reqs if r.session == k) for k in spans}
+    assert any(lo < 300.0 < hi for lo, hi in spans.values())
+    assert all(count[k] == 4 for k, (lo, hi) in spans.items() if lo < 560.0)  # not cut by duration_s
+    # ... and after 300 s only lane 0 starts sessions: those never overlap
+    after = sorted(v for v in spans.values() if v[0] >= 300.0)
+    assert len(after) >= 5 and all(b[0] > a[1] for a, b in zip(after, after[1:], strict=False))
+
+
+def _spans(reqs):
+    spans = {}
+    for r in reqs:
+        lo, hi = spans.get(r.session, (r.arrival_s, r.arrival_s))
+        spans[r.session] = (min(lo, r.arrival_s), max(hi, r.arrival_s))
+    return spans
+
+
+def test_a_lanes_schedule_with_warmup_first_is_refused():
+    with pytest.raises(ValueError, match="lanes_schedule and warmup_first"):
+        _spec(lanes_schedule=[[0, 2]], warmup_first=True)
