@@ -189,8 +189,7 @@ def compiled_bundle(plan: BundlePlan, tokens: np.ndarray, seqs: np.ndarray) -> B
     totals = np.empty((2, r))
     mask = _pricer.bundle(out, totals, np.ascontiguousarray(tokens, dtype=np.float64),
                           np.ascontiguousarray(seqs, dtype=np.float64), plan.scal, plan.gemms)
-    parts, crit = Parts.__new__(Parts), Parts.__new__(Parts)
-    parts.t, parts.tc, parts.tm, crit.t, crit.tc, crit.tm = {}, {}, {}, {}, {}, {}
+    parts, crit = Parts(r), Parts(1)
     crit_breakdown, crit_bound = {}, {}
     for i, name in enumerate(COMPONENTS):
         if not mask >> i & 1:
@@ -206,9 +205,8 @@ def compiled_bundle(plan: BundlePlan, tokens: np.ndarray, seqs: np.ndarray) -> B
     for name in MOE_PART:  # parts.Bundle.of's critical-path entries
         if name in crit.t:
             i = COMPONENTS.index(name)
-            crit_breakdown[name] = float(out[i, 0, r])
             t, tc, tm = out[i, :, r].tolist()
+            crit_breakdown[name] = t
             has = HAS.get(name, (1, 1, 1))
             crit_bound[name] = label(name, {name: tc} if has[1] else {}, {name: tm} if has[2] else {})
-    parts.zero, crit.zero = np.zeros(r), np.zeros(1)
     return Bundle(parts, crit, totals[0], totals[1], crit_breakdown, crit_bound)
