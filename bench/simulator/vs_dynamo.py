@@ -18,7 +18,7 @@ Without it the Dynamo row is skipped and the JSON says so.
 
 Run: .venv/bin/python bench/simulator/vs_dynamo.py [--rounds 3] [--traces mooncake,agentx] [--group 8] [--memo-requests 200] [--twins]
     -> bench/results/simulator/vs_dynamo.json + a table. --twins: a third side, ours priced by the numpy twins of the compiled
-    step pricer (rackserve/timing/step_plan.py KERNELS), rotating with the other two.
+    step pricer (KERNELS of rackserve/timing/step_plan.py, step_assemble.py, step_cost.py), rotating with the other two.
 Fair timing (issue 51): per trace (the Mooncake one and bench/simulator/agentx_as_mooncake.py's AgentX conversations as a
 Mooncake trace), `--rounds` rounds of ours in a fresh process (its first run cold: step memo and router tables
 empty; then a second, warm run in the same process) and Dynamo's replay in a fresh process, the side that goes
@@ -247,10 +247,11 @@ def _commit() -> str:
 
 def use_twins() -> None:
     """This process prices steps with the numpy twins of the compiled kernels (KERNELS of rackserve/timing/
-    step_plan.py and step_assemble.py): what an install without a C compiler runs, and the pricing before issue 51."""
-    from rackserve.timing import step_assemble, step_plan
+    step_plan.py, step_assemble.py and step_cost.py's token bundles): what an install without a C compiler runs,
+    and the pricing before issue 51."""
+    from rackserve.timing import step_assemble, step_cost, step_plan
 
-    for module in (step_plan, step_assemble):
+    for module in (step_plan, step_assemble, step_cost):
         for name, (twin, _) in module.KERNELS.items():
             setattr(module, name, twin)
 
