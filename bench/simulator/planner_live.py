@@ -104,7 +104,8 @@ async def drive(base: str, schedule: list[list[float]], horizon_s: float, prompt
                     continue
                 t = r.json()["rackserve"]
                 n = r.json()["usage"]["completion_tokens"]
-                records.append({"end_s": now(), "ttft_s": t["ttft_s"], "tpot_s": t["tpot_s"] if n > 1 else None})
+                records.append({"end_s": now(), "ttft_s": t["ttft_s"], "tpot_s": t["tpot_s"] if n > 1 else None,
+                                "lag_s": t["pacing_lag_s"]})
 
         most = max(int(lanes) for _, lanes in schedule)
         await asyncio.gather(*(lane(i) for i in range(most)))
@@ -136,6 +137,8 @@ def run_live(scenario: Path, policy: str, scale: float) -> dict:
     counted = [r for r in live["records"] if r["end_s"] <= horizon]
     return {"policy": policy, "side": "live", **attainment(counted, s.ttft_target_s, s.itl_target_s),
             "gpu_hours": seconds / 3600.0, "mean_gpus": seconds / horizon, "failed": len(live["failed"]),
+            # wall seconds the ranks' steps ran behind their pacing, per request (the machine not keeping up)
+            "pacing_lag_s_mean": float(np.mean([r["lag_s"] for r in counted])) if counted else float("nan"),
             "errors": live["failed"][:3], "startup_s": report["startup_s"], "up_s": up_s,
             "decisions": [d for d in p["decisions"] if d["changes"]], "time_scale": scale}
 

@@ -2,7 +2,7 @@
 and GPU-hours, beside every fixed deployment the built instances allow (P prefill x D decode held all
 run: "fixed-PxD") and the best of them: the fewest GPU-hours with attainment >= BEST_FIXED_ATTAINMENT.
 
-Run: .venv/bin/python bench/simulator/planner_policies.py [--scenario scenarios/planner-step.yaml]
+Run: .venv/bin/python bench/simulator/planner_policies.py [--scenario scenarios/planner-step.yaml] [--out FILE]
 -> bench/results/simulator/planner.json ({"command", "scenario", "rows": [{"run", "policy", ...}],
    "timelines": {run: SimResult.planner["timeline"]}}) and planner.png (the timelines).
 """
@@ -40,7 +40,9 @@ def runs(base) -> dict[str, dict]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scenario", default="scenarios/planner-step.yaml")
+    ap.add_argument("--out", default=str(OUT), help="the JSON (its .png beside it)")
     args = ap.parse_args()
+    out_path = Path(args.out)
     base = load_scenario(ROOT / args.scenario)
     timing = timing_for(base)
     rows, timelines, results = [], {}, []
@@ -66,11 +68,11 @@ def main() -> None:
            "scenario": args.scenario, "ttft_target_s": sc.ttft_target_s, "itl_target_s": sc.itl_target_s,
            "tick_s": sc.tick_s, "best_fixed_attainment": BEST_FIXED_ATTAINMENT, "best_fixed": best,
            "rows": rows, "timelines": timelines}
-    OUT.write_text(json.dumps(out, indent=1) + "\n")
+    out_path.write_text(json.dumps(out, indent=1) + "\n")
     shown = [i for i, r in enumerate(rows) if r["run"] in (*PLANNED, best, "fixed-1x1")]
-    plot_planner_timeline([results[i] for i in shown], OUT.with_suffix(".png"), labels=[rows[i]["run"] for i in shown])
+    plot_planner_timeline([results[i] for i in shown], out_path.with_suffix(".png"), labels=[rows[i]["run"] for i in shown])
     print(f"best fixed (attainment >= {BEST_FIXED_ATTAINMENT:.0%}): {best}")
-    print(f"wrote {OUT}")
+    print(f"wrote {out_path}")
 
 
 if __name__ == "__main__":
