@@ -50,7 +50,6 @@ class LivePlanner:
         for role, groups in (("prefill", cfg.deployment.prefill), ("decode", cfg.deployment.decode)):
             if len(groups) != 1:
                 raise ValueError(f"planner: deployment.{role} must be one instance group (it has {len(groups)})")
-        self.specs = {spec.name: spec for role in specs for spec in specs[role]}
         p0, d0 = specs["prefill"][0], specs["decode"][0]
         bounds = bounds_of(s, (len(specs["prefill"]), p0.gpus), (len(specs["decode"]), d0.gpus))
         slots = [InstanceSlot(spec.name, role, k, spec.gpus) for role in ("prefill", "decode")
